@@ -1,0 +1,70 @@
+// POSIX mmap-backed FileMap and small-file helpers.
+#include "phi4mm/base/file_map.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace phi4mm {
+
+Result<std::shared_ptr<const FileMap>> FileMap::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return NotFound("file '" + path + "' does not exist");
+    return InvalidArgument("cannot open '" + path + "': " + std::strerror(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument("'" + path + "' is not a regular file");
+  }
+  std::shared_ptr<FileMap> map(new FileMap());
+  map->path_ = path;
+  map->size_ = static_cast<size_t>(st.st_size);
+  if (map->size_ > 0) {
+    void* p = ::mmap(nullptr, map->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return InvalidArgument("cannot memory-map '" + path + "': " + std::strerror(err));
+    }
+    map->data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+  return std::shared_ptr<const FileMap>(std::move(map));
+}
+
+FileMap::~FileMap() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+Result<std::string> ReadFileToString(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (!FileExists(path)) return NotFound("file '" + path + "' does not exist");
+    return InvalidArgument("cannot read '" + path + "'");
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+}  // namespace phi4mm

@@ -1,0 +1,2 @@
+// phi4mm command-line entry point.
+int main() { return 0; }
