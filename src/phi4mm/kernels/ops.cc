@@ -1,0 +1,55 @@
+// Reference implementations of the float32 operators.
+#include "phi4mm/kernels/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace phi4mm {
+
+void RmsNorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * dim;
+    float* oi = out + i * dim;
+    double ss = 0;
+    for (int64_t j = 0; j < dim; ++j) ss += static_cast<double>(xi[j]) * xi[j];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(dim)) + eps);
+    for (int64_t j = 0; j < dim; ++j) oi[j] = w[j] * (xi[j] * inv);
+  }
+}
+
+void SiluGateUp(const float* gu, int64_t n, int64_t d, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* g = gu + i * 2 * d;
+    const float* u = g + d;
+    float* o = out + i * d;
+    for (int64_t j = 0; j < d; ++j) o[j] = u[j] * (g[j] / (1.0f + std::exp(-g[j])));
+  }
+}
+
+void SoftmaxInPlace(float* x, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - m);
+    s += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / s);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void ApplyRotary(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, const float* cos,
+                 const float* sin) {
+  const int64_t half = rot_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = a * cos[i] - b * sin[i];
+      v[i + half] = b * cos[i + half] + a * sin[i + half];
+    }
+  }
+}
+
+}  // namespace phi4mm

@@ -1,0 +1,62 @@
+// LoraLinear loading and forward.
+#include "phi4mm/models/lora_linear.h"
+
+namespace phi4mm {
+
+namespace {
+
+Result<WeightMatrix> LoadMatrix(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols) {
+  PHI4MM_ASSIGN_OR_RETURN(TensorView t, ckpt.Get(name, {rows, cols}));
+  auto w = WeightMatrix::FromData(t.dtype, t.data, rows, cols);
+  if (!w.ok()) return w.status().WithContext("tensor '" + ckpt.SourceName(name) + "'");
+  return w;
+}
+
+Result<std::optional<LoraAdapter>> LoadAdapter(const Checkpoint& ckpt, const LoraAdapterConfig& lc,
+                                               const std::string& prefix, const std::string& name,
+                                               int64_t out, int64_t in) {
+  if (!lc.present) return std::optional<LoraAdapter>();
+  const std::string a_name = prefix + ".lora_A." + name + ".weight";
+  const std::string b_name = prefix + ".lora_B." + name + ".weight";
+  if (ckpt.Find(a_name) == nullptr && ckpt.Find(b_name) == nullptr)
+    return NotFound("config declares a " + name + " LoRA (r=" + std::to_string(lc.rank) + ") but the checkpoint has no '" +
+                    ckpt.SourceName(a_name) + "'");
+  LoraAdapter ad;
+  PHI4MM_ASSIGN_OR_RETURN(ad.a, LoadMatrix(ckpt, a_name, lc.rank, in));
+  PHI4MM_ASSIGN_OR_RETURN(ad.b, LoadMatrix(ckpt, b_name, out, lc.rank));
+  ad.scale = static_cast<float>(lc.scale());
+  return std::optional<LoraAdapter>(std::move(ad));
+}
+
+}  // namespace
+
+Result<LoraLinear> LoraLinear::Load(const Checkpoint& ckpt, const ModelConfig& cfg, const std::string& prefix,
+                                    int64_t out_features, int64_t in_features) {
+  LoraLinear l;
+  PHI4MM_ASSIGN_OR_RETURN(l.base_, LoadMatrix(ckpt, prefix + ".weight", out_features, in_features));
+  PHI4MM_ASSIGN_OR_RETURN(l.vision_, LoadAdapter(ckpt, cfg.vision_lora, prefix, "vision", out_features, in_features));
+  PHI4MM_ASSIGN_OR_RETURN(l.speech_, LoadAdapter(ckpt, cfg.speech_lora, prefix, "speech", out_features, in_features));
+  return l;
+}
+
+const LoraAdapter* LoraLinear::adapter(LoraMode mode) const {
+  if (mode == LoraMode::kVision && vision_) return &*vision_;
+  if (mode == LoraMode::kSpeech && speech_) return &*speech_;
+  return nullptr;
+}
+
+void LoraLinear::Forward(const float* x, int64_t n, float* y, LoraMode mode, ThreadPool* pool,
+                         std::vector<float>* scratch) const {
+  base_.MatMul(x, n, y, pool);
+  const LoraAdapter* ad = adapter(mode);
+  if (ad == nullptr) return;
+  const int64_t r = ad->a.rows(), out = base_.rows();
+  scratch->resize(static_cast<size_t>(n * (r + out)));
+  float* t = scratch->data();
+  float* u = t + n * r;
+  ad->a.MatMul(x, n, t, pool);
+  ad->b.MatMul(t, n, u, pool);
+  for (int64_t i = 0; i < n * out; ++i) y[i] += u[i] * ad->scale;
+}
+
+}  // namespace phi4mm

@@ -1,0 +1,43 @@
+// A bias-free linear layer with optional per-modality LoRA adapters, as PEFT's lora.Linear
+// computes it (reference-spec §6.2): y = W·x + (B·(A·x)) · (alpha / r), with at most one adapter
+// active (chosen by LoraMode). Weights are immutable and shared; scratch comes from the caller.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phi4mm/io/checkpoint.h"
+#include "phi4mm/kernels/weight_matrix.h"
+#include "phi4mm/models/lora_mode.h"
+
+namespace phi4mm {
+
+struct LoraAdapter {
+  WeightMatrix a;  // [r, in]
+  WeightMatrix b;  // [out, r]
+  float scale = 1.0f;
+};
+
+class LoraLinear {
+ public:
+  // Loads `<prefix>.weight` [out, in] and, when the config has them, the adapters
+  // `<prefix>.lora_{A,B}.{vision,speech}.weight`. Shapes are checked against the config.
+  static Result<LoraLinear> Load(const Checkpoint& ckpt, const ModelConfig& cfg, const std::string& prefix,
+                                 int64_t out_features, int64_t in_features);
+
+  int64_t out_features() const { return base_.rows(); }
+  int64_t in_features() const { return base_.cols(); }
+  const WeightMatrix& base() const { return base_; }
+  const LoraAdapter* adapter(LoraMode mode) const;
+
+  // y[n, out] = x[n, in]·Wᵀ (+ the active adapter's update). `scratch` is resized as needed.
+  void Forward(const float* x, int64_t n, float* y, LoraMode mode, ThreadPool* pool,
+               std::vector<float>* scratch) const;
+
+ private:
+  WeightMatrix base_;
+  std::optional<LoraAdapter> vision_, speech_;
+};
+
+}  // namespace phi4mm
