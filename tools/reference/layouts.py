@@ -339,7 +339,7 @@ def save_native(out_dir, full_state, config, loras, lora_regex, generation_confi
 @torch.no_grad()
 def verify_native(native_dir, ref_model, set_mode, ids):
     """Loads the native folder with transformers + PEFT and checks the logits equal the in-memory model's."""
-    m = Phi4MultimodalForCausalLM.from_pretrained(native_dir, torch_dtype=torch.float32, attn_implementation="eager")
+    m = Phi4MultimodalForCausalLM.from_pretrained(native_dir, dtype=torch.float32, attn_implementation="eager")
     m.eval()
     for name in ("vision", "speech"):
         m.load_adapter(os.path.join(native_dir, f"{name}-lora"), adapter_name=name)

@@ -26,7 +26,7 @@ torch.set_num_threads(1)  # bitwise-reproducible CPU reductions
 torch.use_deterministic_algorithms(True)
 
 from peft import LoraConfig  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 from transformers import Phi4MultimodalConfig, Phi4MultimodalForCausalLM  # noqa: E402
 
