@@ -76,7 +76,8 @@ URLS = [
     "/usr/local/lib/python3.11/site-packages/", "git@github.com:owner/repo.git",
 ]
 WHITESPACE = [" ", "  ", "   ", "\t", "\t\t", "\n", "\n\n", "\r\n", "\r\n\r\n", "\r", " \n", "\n ", " \t\n",
-              "\u00a0", "\u3000", "\u2009", "\u200b", "\f", "\v", "\n\n\n\n"]
+              "\u00a0", "\u3000", "\u2009", "\u200b", "\f", "\v", "\n\n\n\n", "\u180e", "\u0085", "\u1680",
+              "\u2028", "\u205f", " \u180e", "\u202f "]
 COMBINING = ["e\u0301", "a\u0308", "n\u0303", "o\u0302\u0323", "\u0915\u094d\u0937", "Z\u0351\u036b\u0343",
              "\u0301", "\u0627\u064e", "i\u0307", "\u1100\u1161\u11a8"]
 
@@ -156,6 +157,8 @@ def make_corpus(count, seed):
     rng = random.Random(seed)
     fixed = CODE + PROSE + list(SCRIPTS.values()) + EMOJI + LOOKALIKES + URLS + WHITESPACE + COMBINING
     fixed += [t for t, _ in btj.GOLDENS if "<|" not in t]
+    fixed += ["a\u180e b", "a \u180eb", "x\u0085y", " \u0085 z", "a\u1680 b", "\u200b \u200b", " " * 300 + "x",
+              "=" * 500, "\n" * 200 + "end", "1" * 100, "A" * 200 + "a" * 200]
     texts = list(dict.fromkeys(fixed))
     seen = set(texts)
     while len(texts) < count:
@@ -191,6 +194,37 @@ CHAT_CASES = [
 ]
 
 
+REAL_GOLDEN_CASES = ["text-only", "single-image", "multi-image", "short-audio", "multi-image-audio",
+                     "image-short-audio"]
+
+
+def real_goldens(goldens_dir):
+    """input_ids recorded from the real Phi-4-mm processor, with the prompt each was made from."""
+    import re  # noqa: PLC0415
+
+    cases = []
+    for name in REAL_GOLDEN_CASES:
+        with open(os.path.join(goldens_dir, f"phi4mm-{name}.yaml"), encoding="utf-8") as f:
+            yaml_text = f.read()
+        prompt = re.search(r'prompts:\n\s+- "([^"]*)"', yaml_text).group(1)
+        images = len(re.findall(r'\.jpe?g"', yaml_text))
+        audios = len(re.findall(r'\.flac"', yaml_text))
+        with open(os.path.join(goldens_dir, f"phi4mm-{name}.json"), encoding="utf-8") as f:
+            ids = json.load(f)["input_ids"]
+        image_counts, audio_counts, run = [], [], None
+        for tid in ids + [None]:
+            if run and run[0] != tid:
+                (image_counts if run[0] == 200010 else audio_counts).append(run[1])
+                run = None
+            if tid in (200010, 200011):
+                run = [tid, run[1] + 1] if run else [tid, 1]
+        content = "".join(f"<|image_{i + 1}|>\n" for i in range(images))
+        content += "".join(f"<|audio_{i + 1}|>\n" for i in range(audios)) + prompt
+        cases.append({"case": name, "user_content": content, "image_token_counts": image_counts,
+                      "audio_token_counts": audio_counts, "input_ids": ids})
+    return cases
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.path.join(btj.REPO_ROOT, "tests", "fixtures", "tokenizer"))
@@ -224,6 +258,11 @@ def main():
         cases.append({"messages": messages, "text": text, "ids": list(ids), "text_no_generation_prompt": no_gen})
     with open(os.path.join(args.out, "chat_cases.json"), "w", encoding="utf-8", newline="\n") as f:
         f.write(json.dumps(cases, ensure_ascii=False, indent=1) + "\n")
+    goldens_dir = os.path.join(btj.REPO_ROOT, "..", "shared", "data", "real-goldens")
+    with open(os.path.join(args.out, "real_goldens.json"), "w", encoding="utf-8", newline="\n") as f:
+        f.write(json.dumps({"source": "shared/data/real-goldens (real microsoft/Phi-4-multimodal-instruct "
+                                      "processor and chat template, transformers)",
+                            "cases": real_goldens(goldens_dir)}, separators=(",", ":")) + "\n")
     print(f"wrote {len(texts)} corpus strings and {len(cases)} chat cases to {args.out}")
 
 
