@@ -1,0 +1,391 @@
+// Tests of the byte-level BPE tokenizer against the fixtures in tests/fixtures/tokenizer: thousands of
+// corpus strings with tiktoken o200k_base ids, the golden vectors of docs/tokenizer.md §4, decoding,
+// streaming, invalid input and malformed tokenizer.json files.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "phi4mm/base/file_map.h"
+#include "phi4mm/tokenizer/tokenizer.h"
+
+namespace phi4mm {
+namespace {
+
+using json = nlohmann::json;
+
+const std::string kDir = std::string(PHI4MM_FIXTURES_DIR) + "/tokenizer";
+
+const Tokenizer& Tok() {
+  static const std::shared_ptr<const Tokenizer> tok = [] {
+    auto r = Tokenizer::LoadFromDir(kDir);
+    if (!r.ok()) {
+      ADD_FAILURE() << r.status().ToString();
+      return std::shared_ptr<const Tokenizer>();
+    }
+    return *r;
+  }();
+  if (!tok) std::abort();
+  return *tok;
+}
+
+struct CorpusEntry {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+std::vector<CorpusEntry> LoadCorpus() {
+  std::vector<CorpusEntry> out;
+  std::ifstream in(kDir + "/corpus.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const json j = json::parse(line);
+    out.push_back({j["text"].get<std::string>(), j["ids"].get<std::vector<int32_t>>()});
+  }
+  return out;
+}
+
+std::vector<int32_t> MustEncode(std::string_view text) {
+  auto r = Tok().Encode(text);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : std::vector<int32_t>{};
+}
+
+TEST(TokenizerTest, LoadsFixtureMetadata) {
+  const Tokenizer& t = Tok();
+  EXPECT_EQ(t.vocab_size(), 200029);
+  EXPECT_EQ(t.eos_token(), "<|endoftext|>");
+  EXPECT_EQ(t.bos_token(), "<|endoftext|>");
+  EXPECT_EQ(t.model_max_length(), 128000);
+  EXPECT_NE(t.chat_template().find("{% if add_generation_prompt %}{{ '<|assistant|>' }}"), std::string::npos);
+  EXPECT_EQ(t.added_tokens().size(), 14u);
+  EXPECT_EQ(t.TokenToId("<|endoftext10|>"), 200010);
+  EXPECT_EQ(t.TokenToId("<|endoftext05|>"), 200005);
+  EXPECT_EQ(t.TokenToId("<|end|>"), 200020);
+  EXPECT_EQ(t.TokenToId("hello"), 24912);
+  EXPECT_EQ(t.TokenToId(" world"), 2375);
+  EXPECT_FALSE(t.TokenToId("no such token here").has_value());
+  EXPECT_EQ(t.TokenBytes(198), "\n");
+  EXPECT_EQ(t.TokenBytes(199998), "<|endoftext98|>");
+  EXPECT_EQ(t.TokenBytes(200030), "");
+  EXPECT_EQ(t.TokenBytes(-1), "");
+}
+
+TEST(TokenizerTest, SpecialFlagsFollowTheAddedTokenTable) {
+  for (int32_t id : {199999, 200010, 200011, 200018, 200019, 200020, 200021, 200022, 200028}) {
+    EXPECT_TRUE(Tok().IsSpecial(id)) << id;
+  }
+  for (int32_t id : {0, 198, 199998, 200005, 200023, 200024, 200025, 200026, 200027, 200040, -5}) {
+    EXPECT_FALSE(Tok().IsSpecial(id)) << id;
+  }
+}
+
+TEST(TokenizerTest, CorpusMatchesTiktoken) {
+  const auto corpus = LoadCorpus();
+  ASSERT_GE(corpus.size(), 3000u);
+  size_t passed = 0;
+  for (const auto& e : corpus) {
+    auto r = Tok().Encode(e.text);
+    ASSERT_TRUE(r.ok()) << r.status().ToString() << " for " << json(e.text).dump();
+    if (*r != e.ids) {
+      ADD_FAILURE() << "first mismatch on " << json(e.text).dump() << "\n  want " << json(e.ids).dump()
+                    << "\n  got  " << json(*r).dump();
+      break;
+    }
+    ++passed;
+  }
+  EXPECT_EQ(passed, corpus.size());
+}
+
+TEST(TokenizerTest, CorpusRoundTrips) {
+  for (const auto& e : LoadCorpus()) {
+    ASSERT_EQ(Tok().Decode(e.ids), e.text);
+    ASSERT_EQ(Tok().Decode(MustEncode(e.text)), e.text);
+  }
+}
+
+TEST(TokenizerTest, GoldenVectors) {
+  const std::vector<std::pair<std::string, std::vector<int32_t>>> goldens = {
+      {"<|system|>Your name is Phi, an AI math expert developed by Microsoft. You are a medieval knight and "
+       "must provide explanations to modern people.<|end|><|user|>How should I explain the "
+       "Internet?<|end|><|assistant|>",
+       {200022, 9719, 1308, 382, 102143, 11, 448, 20837, 13324, 8333, 9742, 656, 8321, 13, 1608, 553, 261,
+        55145, 105457, 326, 2804, 3587, 69457, 316, 6809, 1665, 13, 200020, 200021, 5299, 1757, 357, 16644,
+        290, 7380, 30, 200020, 200019}},
+      {"hello world", {24912, 2375}},
+      {"Hello, world!", {13225, 11, 2375, 0}},
+      {"<|system|>You are a helpful assistant.<|end|><|user|>Transcribe the audio clip into text.<|end|>"
+       "<|assistant|>",
+       {200022, 3575, 553, 261, 10297, 29186, 13, 200020, 200021, 3248, 4981, 290, 11065, 19925, 1511, 2201,
+        13, 200020, 200019}},
+      {"<|user|>\n<|endoftext10|>\n<|endoftext11|>\nDescribe.<|end|>\n<|assistant|>\n",
+       {200021, 200010, 198, 200011, 198, 61443, 13, 200020, 200019}},
+      {"  leading spaces and\ttabs\n\nnew lines 12345 1,234.56 don't I'LL",
+       {220, 8117, 18608, 326, 6264, 6071, 279, 1389, 8698, 220, 7633, 2548, 220, 16, 11, 20771, 13, 5007,
+        4128, 3413, 7454}},
+      {"naïve café 你好世界 🤖", {1503, 9954, 737, 30469, 220, 177519, 28428, 93643, 244}},
+  };
+  for (const auto& [text, ids] : goldens) EXPECT_EQ(MustEncode(text), ids) << text;
+}
+
+TEST(TokenizerTest, AddedTokensSplitFirstWithRstrip) {
+  // rstrip swallows any Unicode whitespace after <|user|>; <|endoftext10|> keeps it.
+  EXPECT_EQ(MustEncode("<|user|> \t\n\u3000hi"), MustEncode("<|user|>hi"));
+  EXPECT_EQ(MustEncode("<|endoftext10|> hi"), (std::vector<int32_t>{200010, 5911}));
+  // Placeholder strings that are not added tokens are ordinary text.
+  EXPECT_GT(MustEncode("<|endoftext05|>").size(), 1u);
+  EXPECT_GT(MustEncode("<|image_1|>").size(), 1u);
+  // Adjacent added tokens and look-alike prefixes.
+  EXPECT_EQ(MustEncode("<|end|><|end|>"), (std::vector<int32_t>{200020, 200020}));
+  const auto ids = MustEncode("<|endoftext1|><|endoftext|>");
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.back(), 199999);
+  EXPECT_EQ(Tok().Decode(ids), "<|endoftext1|><|endoftext|>");
+  EXPECT_EQ(MustEncode(""), std::vector<int32_t>{});
+}
+
+TEST(TokenizerTest, DecodeSkipSpecialKeepsToolTokens) {
+  const std::vector<int32_t> ids = {199999, 24912, 200023, 200020, 200010, 200027};
+  EXPECT_EQ(Tok().Decode(ids, /*skip_special=*/true), "hello<|tool|><|tool_response|>");
+  EXPECT_EQ(Tok().Decode(ids, /*skip_special=*/false),
+            "<|endoftext|>hello<|tool|><|end|><|endoftext10|><|tool_response|>");
+  const std::vector<int32_t> padding = {24912, 200029, 200063, 2375};
+  EXPECT_EQ(Tok().Decode(padding), "hello world");
+}
+
+TEST(TokenizerTest, DecodeReplacesIncompleteUtf8) {
+  const std::vector<int32_t> half_emoji = {93643};  // " " and the first bytes of 🤖
+  EXPECT_EQ(Tok().Decode(half_emoji), " \xEF\xBF\xBD");
+}
+
+TEST(TokenizerTest, StreamDecoderHoldsBackSplitCharacters) {
+  TokenStreamDecoder d(Tok());
+  EXPECT_EQ(d.Push(93643), " ");
+  EXPECT_EQ(d.Push(244), "🤖");
+  EXPECT_EQ(d.Flush(), "");
+  TokenStreamDecoder dangling(Tok());
+  EXPECT_EQ(dangling.Push(24912), "hello");
+  EXPECT_EQ(dangling.Push(93643), " ");
+  EXPECT_EQ(dangling.Flush(), "\xEF\xBF\xBD");
+}
+
+TEST(TokenizerTest, StreamDecoderEqualsFullDecodeOnCorpus) {
+  size_t split_chars = 0;
+  for (const auto& e : LoadCorpus()) {
+    TokenStreamDecoder d(Tok(), /*skip_special=*/false);
+    std::string streamed;
+    for (int32_t id : e.ids) {
+      const std::string piece = d.Push(id);
+      if (piece.empty() && !Tok().TokenBytes(id).empty()) ++split_chars;
+      streamed += piece;
+    }
+    streamed += d.Flush();
+    ASSERT_EQ(streamed, Tok().Decode(e.ids)) << json(e.text).dump();
+  }
+  EXPECT_GT(split_chars, 0u);  // the corpus does exercise characters split across tokens
+}
+
+TEST(TokenizerTest, StreamDecoderSkipsSpecialByDefault) {
+  TokenStreamDecoder d(Tok());
+  std::string out;
+  for (int32_t id : {200019, 24912, 200020, 200023}) out += d.Push(id);
+  out += d.Flush();
+  EXPECT_EQ(out, "hello<|tool|>");
+}
+
+TEST(TokenizerTest, InvalidUtf8IsInvalidArgumentWithOffset) {
+  for (const auto& [text, offset] : std::vector<std::pair<std::string, size_t>>{
+           {"abc\xFF", 3}, {"ok \xC3", 3}, {"\xC0\xAF", 0}, {"x\xED\xA0\x80", 1}, {"ab\xF4\x90\x80\x80", 2},
+           {"caf\xC3\xA9 \x80", 6}}) {
+    auto r = Tok().Encode(text);
+    ASSERT_FALSE(r.ok()) << "expected an error at offset " << offset;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("byte offset " + std::to_string(offset)), std::string::npos)
+        << r.status().message();
+  }
+}
+
+TEST(TokenizerTest, LongInputsAreFast) {
+  std::string text;
+  const auto corpus = LoadCorpus();
+  for (size_t i = 0; text.size() < 100 * 1024; ++i) text += corpus[i % corpus.size()].text;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto ids = Tok().Encode(text);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(Tok().Decode(*ids), text);
+  EXPECT_LT(s, 2.0) << "encoding " << text.size() << " bytes took " << s << " s";
+  // A single huge pre-tokenized piece must not be quadratic.
+  const std::string spaces(200000, ' ');
+  const auto t1 = std::chrono::steady_clock::now();
+  auto sp = Tok().Encode(spaces + "x" + std::string(100000, '='));
+  const double s1 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  ASSERT_TRUE(sp.ok());
+  EXPECT_EQ(Tok().Decode(*sp), spaces + "x" + std::string(100000, '='));
+  EXPECT_LT(s1, 2.0);
+}
+
+TEST(TokenizerTest, ConcurrentEncodeIsConsistent) {
+  const auto corpus = LoadCorpus();
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t i = static_cast<size_t>(t); i < corpus.size(); i += 2) {
+        auto r = Tok().Encode(corpus[i].text);
+        if (!r.ok() || *r != corpus[i].ids) ++mismatches[static_cast<size_t>(t)];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+// ---- malformed tokenizer.json ----
+
+// A minimal valid byte-level BPE: the 256 byte tokens (GPT-2 alphabet), merges "h e" and "he l".
+json TinyTokenizer() {
+  json vocab = json::object();
+  int extra = 0;
+  std::vector<std::string> sym(256);
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const int cp = printable ? b : 256 + extra++;
+    std::string s;
+    if (cp < 0x80) {
+      s += static_cast<char>(cp);
+    } else {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    vocab[s] = b;
+  }
+  vocab["he"] = 256;
+  vocab["hel"] = 257;
+  return json{{"version", "1.0"},
+              {"added_tokens", json::array({{{"id", 258}, {"content", "<|end|>"}, {"special", true},
+                                             {"rstrip", true}, {"lstrip", false}}})},
+              {"normalizer", nullptr},
+              {"pre_tokenizer",
+               {{"type", "Sequence"},
+                {"pretokenizers",
+                 json::array({{{"type", "Split"}, {"pattern", {{"Regex", " ?\\p{L}+|\\s+|."}}},
+                               {"behavior", "Isolated"}, {"invert", false}},
+                              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+              {"post_processor", nullptr},
+              {"decoder", {{"type", "ByteLevel"}}},
+              {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"h e", json::array({"he", "l"})})}}}};
+}
+
+Status LoadStatus(const std::string& text) {
+  auto r = Tokenizer::LoadFromJson(text, "", "bad/tokenizer.json");
+  return r.ok() ? Status::Ok() : r.status();
+}
+
+void ExpectLoadError(const json& j, StatusCode code, const std::string& needle) {
+  const Status st = LoadStatus(j.dump());
+  ASSERT_FALSE(st.ok()) << "expected an error mentioning " << needle;
+  EXPECT_EQ(st.code(), code) << st.ToString();
+  EXPECT_NE(st.message().find("bad/tokenizer.json"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+}
+
+TEST(TokenizerTest, TinyTokenizerWorks) {
+  auto r = Tokenizer::LoadFromJson(TinyTokenizer().dump(), "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto ids = (*r)->Encode("hello<|end|>  x");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{257, 'l', 'o', 258, 'x'}));
+  EXPECT_EQ((*r)->vocab_size(), 259);
+  EXPECT_EQ((*r)->chat_template(), "");
+}
+
+TEST(TokenizerTest, MalformedTokenizerJsonGivesClearErrors) {
+  EXPECT_EQ(LoadStatus("{\"model\": ").code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(LoadStatus("not json at all").message().find("not valid JSON"), std::string::npos);
+  EXPECT_NE(LoadStatus("[1,2]").message().find("not a JSON object"), std::string::npos);
+
+  json j = TinyTokenizer();
+  j.erase("model");
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "missing \"model\"");
+
+  j = TinyTokenizer();
+  j["model"].erase("vocab");
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "model.vocab");
+
+  j = TinyTokenizer();
+  j["model"]["type"] = "WordPiece";
+  ExpectLoadError(j, StatusCode::kUnsupported, "WordPiece");
+
+  j = TinyTokenizer();
+  j["model"]["merges"].push_back("h");
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "merge #2");
+
+  j = TinyTokenizer();
+  j["model"]["merges"].push_back("x y");
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "not in model.vocab");
+
+  j = TinyTokenizer();
+  j["model"]["merges"].push_back(json::array({"he", 5}));
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "merge #2");
+
+  j = TinyTokenizer();
+  j["model"]["vocab"]["lo"] = 256;
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "duplicate id 256");
+
+  j = TinyTokenizer();
+  j["added_tokens"].push_back({{"id", 258}, {"content", "<|other|>"}});
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "duplicate id 258");
+
+  j = TinyTokenizer();
+  j["model"]["vocab"].erase("a");
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "byte 0x61");
+
+  j = TinyTokenizer();
+  j["model"]["vocab"]["a"] = "zero";
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "non-integer id");
+
+  j = TinyTokenizer();
+  j["model"]["vocab"]["a"] = 1LL << 40;
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "outside");
+
+  j = TinyTokenizer();
+  j["normalizer"] = {{"type", "NFC"}};
+  ExpectLoadError(j, StatusCode::kUnsupported, "NFC");
+
+  j = TinyTokenizer();
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "does not compile");
+
+  j = TinyTokenizer();
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
+  ExpectLoadError(j, StatusCode::kUnsupported, "pre_tokenizer");
+
+  j = TinyTokenizer();
+  j["decoder"] = nullptr;
+  ExpectLoadError(j, StatusCode::kUnsupported, "decoder");
+
+  j = TinyTokenizer();
+  j["added_tokens"][0].erase("content");
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "added_tokens");
+}
+
+TEST(TokenizerTest, MalformedConfigAndMissingDir) {
+  auto r = Tokenizer::LoadFromJson(TinyTokenizer().dump(), "{oops");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tokenizer_config.json"), std::string::npos) << r.status().message();
+  auto d = Tokenizer::LoadFromDir(kDir + "/no-such-dir");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(d.status().message().find("tokenizer.json"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace phi4mm
