@@ -1,2 +1,49 @@
-// phi4mm command-line entry point.
-int main() { return 0; }
+// phi4mm command-line entry point: parses the subcommand and its flags and dispatches.
+#include <cstdio>
+
+#include "cli_common.h"
+
+int main(int argc, char** argv) {
+  using namespace phi4mm::cli;
+  CLI::App app{"phi4mm: run Microsoft's Phi-4-multimodal-instruct from its Hugging Face checkpoint"};
+  app.require_subcommand(1);
+
+  ModelFlags run_model, chat_model, info_model, tok_model;
+  GenerationFlags run_gen, chat_gen;
+  std::string prompt, system, dump_dir, lora = "auto", text;
+  bool raw = false, info_json = false, tok_chat = false;
+
+  CLI::App* run = app.add_subcommand("run", "Answer one prompt, streamed to stdout");
+  run_model.Register(run);
+  run_gen.Register(run);
+  run->add_option("-p,--prompt", prompt, "The user prompt ('-' reads stdin)")->required();
+  run->add_option("--system", system, "System prompt");
+  run->add_flag("--raw", raw, "Use the prompt as is, without the chat template");
+  run->add_option("--dump", dump_dir, "Write named intermediate tensors and logits as .npy files to this folder");
+  run->add_option("--lora", lora, "Debugging: force the LoRA mode (auto, none, vision, speech)")->capture_default_str();
+
+  CLI::App* chat = app.add_subcommand("chat", "Interactive multi-turn chat (stdin/stdout)");
+  chat_model.Register(chat);
+  chat_gen.Register(chat);
+  chat->add_option("--system", system, "System prompt");
+
+  CLI::App* info = app.add_subcommand("info", "Summarise a checkpoint");
+  info_model.Register(info);
+  info->add_flag("--json", info_json, "Print JSON");
+
+  CLI::App* tokenize = app.add_subcommand("tokenize", "Print the token ids of a text as JSON");
+  tok_model.Register(tokenize);
+  tokenize->add_option("--text", text, "Text to tokenize")->required();
+  tokenize->add_flag("--chat", tok_chat, "Render the text as a user turn with the chat template first");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (run->parsed()) return RunCommand(run_model, run_gen, prompt, system, raw, dump_dir, lora);
+  if (chat->parsed()) return ChatCommand(chat_model, chat_gen, system);
+  if (info->parsed()) return InfoCommand(info_model, info_json);
+  if (tokenize->parsed()) return TokenizeCommand(tok_model, text, tok_chat);
+  return 2;
+}

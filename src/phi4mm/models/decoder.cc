@@ -30,6 +30,11 @@ void KvCache::Clear() {
   long_rope_ = false;
 }
 
+void KvCache::Truncate(int64_t n) {
+  if (n < length_) length_ = std::max<int64_t>(0, n);
+  if (length_ == 0) long_rope_ = false;
+}
+
 size_t KvCache::bytes() const {
   size_t b = 0;
   for (size_t l = 0; l < k_.size(); ++l) b += (k_[l].capacity() + v_[l].capacity()) * sizeof(float);

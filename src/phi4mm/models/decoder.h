@@ -36,6 +36,8 @@ class KvCache {
   // Whether the cached positions were computed with the long rotary table.
   bool long_rope() const { return long_rope_; }
   void Clear();
+  // Forgets positions >= n (they are recomputed or overwritten later).
+  void Truncate(int64_t n);
   size_t bytes() const;
   int64_t row_floats() const { return kv_heads_ * head_dim_; }
 

@@ -1,0 +1,46 @@
+// Model loading: config, tokenizer, checkpoint, then the parts, each shape-checked.
+#include "phi4mm/runtime/model.h"
+
+namespace phi4mm {
+
+Result<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const LoadOptions& opts) {
+  std::shared_ptr<Model> m(new Model());
+  PHI4MM_ASSIGN_OR_RETURN(m->config_, ModelConfig::LoadFromDir(dir));
+  PHI4MM_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::LoadFromDir(dir));
+  PHI4MM_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir, m->config_.layout));
+  m->checkpoint_ = std::make_unique<Checkpoint>(std::move(ckpt));
+  PHI4MM_ASSIGN_OR_RETURN(TokenEmbedding emb, TokenEmbedding::Load(*m->checkpoint_, m->config_.text));
+  m->embedding_ = std::make_shared<const TokenEmbedding>(std::move(emb));
+  PHI4MM_ASSIGN_OR_RETURN(m->decoder_, Decoder::Load(*m->checkpoint_, m->config_, m->embedding_));
+  m->pool_ = std::make_unique<ThreadPool>(opts.num_threads);
+  return std::shared_ptr<const Model>(std::move(m));
+}
+
+ModelInfo Model::Info() const {
+  ModelInfo info;
+  info.layout = LayoutName(config_.layout);
+  info.dir = checkpoint_->dir();
+  info.num_files = checkpoint_->num_files();
+  const std::string img = "model.embed_tokens_extend.image_embed.";
+  const std::string aud = "model.embed_tokens_extend.audio_embed.";
+  for (const auto& [name, t] : checkpoint_->tensors()) {
+    const int64_t n = t.numel();
+    info.params_by_dtype[DTypeName(t.dtype)] += n;
+    if (name == "model.embed_tokens.weight") info.params_embedding += n;
+    else if (name.find(".lora_A.vision.") != std::string::npos || name.find(".lora_B.vision.") != std::string::npos)
+      info.params_vision_lora += n;
+    else if (name.find(".lora_A.speech.") != std::string::npos || name.find(".lora_B.speech.") != std::string::npos)
+      info.params_speech_lora += n;
+    else if (name.rfind(img, 0) == 0) info.params_vision += n;
+    else if (name.rfind(aud, 0) == 0) info.params_speech += n;
+    else if (name.rfind("model.layers.", 0) == 0 || name == "model.norm.weight" || name == "lm_head.weight")
+      info.params_decoder += n;
+    else info.params_other += n;
+  }
+  const TextConfig& t = config_.text;
+  info.context_length = t.max_position_embeddings;
+  info.kv_bytes_per_token = 2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim * static_cast<int64_t>(sizeof(float));
+  return info;
+}
+
+}  // namespace phi4mm

@@ -1,0 +1,61 @@
+// A loaded Phi-4-multimodal model: configuration, tokenizer, and the immutable weights of the
+// four parts (today `embedding` and `model`; `vision` and `speech` join them), memory-mapped from
+// the Hugging Face checkpoint folder. Load once, share across threads and sessions.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "phi4mm/base/thread_pool.h"
+#include "phi4mm/io/checkpoint.h"
+#include "phi4mm/io/model_config.h"
+#include "phi4mm/models/decoder.h"
+#include "phi4mm/models/embedding.h"
+#include "phi4mm/tokenizer/tokenizer.h"
+
+namespace phi4mm {
+
+struct LoadOptions {
+  int num_threads = 0;  // 0 = one per core
+};
+
+// Parameter counts and sizes for `phi4mm info`.
+struct ModelInfo {
+  std::string layout;
+  std::string dir;
+  size_t num_files = 0;
+  int64_t params_embedding = 0;
+  int64_t params_decoder = 0;
+  int64_t params_vision_lora = 0;
+  int64_t params_speech_lora = 0;
+  int64_t params_vision = 0;
+  int64_t params_speech = 0;
+  int64_t params_other = 0;
+  std::map<std::string, int64_t> params_by_dtype;
+  int64_t context_length = 0;
+  int64_t kv_bytes_per_token = 0;  // at the cache's element size
+};
+
+class Model {
+ public:
+  static Result<std::shared_ptr<const Model>> Load(const std::string& dir, const LoadOptions& opts = {});
+
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const TokenEmbedding& embedding() const { return *embedding_; }
+  const Decoder& decoder() const { return *decoder_; }
+  ThreadPool* pool() const { return pool_.get(); }
+  int64_t context_length() const { return config_.text.max_position_embeddings; }
+  ModelInfo Info() const;
+
+ private:
+  Model() = default;
+  ModelConfig config_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::shared_ptr<const TokenEmbedding> embedding_;
+  std::shared_ptr<const Decoder> decoder_;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+}  // namespace phi4mm

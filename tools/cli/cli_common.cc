@@ -1,0 +1,73 @@
+// Flag registration, model loading and error reporting shared by the subcommands.
+#include "cli_common.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "phi4mm/io/npy.h"
+
+namespace phi4mm::cli {
+
+void GenerationFlags::Register(CLI::App* app) {
+  app->add_option("-n,--max-tokens", max_tokens, "Maximum number of new tokens")->capture_default_str();
+  app->add_option("--temperature", temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  app->add_option("--top-k", top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str();
+  app->add_option("--top-p", top_p, "Nucleus sampling mass; 1 = off")->capture_default_str();
+  app->add_option("--min-p", min_p, "Drop tokens below min-p times the top probability; 0 = off")->capture_default_str();
+  app->add_option("--repeat-penalty", repeat_penalty, "Repetition penalty; 1 = off")->capture_default_str();
+  app->add_option("--seed", seed, "Random seed for sampling")->capture_default_str();
+  app->add_option("--stop", stop, "Stop when this string is generated (repeatable)");
+}
+
+GenerateOptions GenerationFlags::ToOptions() const {
+  GenerateOptions o;
+  o.max_new_tokens = max_tokens;
+  o.sampling.temperature = temperature;
+  o.sampling.top_k = top_k;
+  o.sampling.top_p = top_p;
+  o.sampling.min_p = min_p;
+  o.sampling.repetition_penalty = repeat_penalty;
+  o.sampling.seed = seed;
+  o.stop_strings = stop;
+  return o;
+}
+
+void ModelFlags::Register(CLI::App* app) {
+  app->add_option("-m,--model", dir, "Checkpoint folder (Hugging Face layout)")->required();
+  app->add_option("-t,--threads", threads, "Worker threads; 0 = one per core")->capture_default_str();
+  app->add_flag("-v,--verbose", verbose, "Print load and generation timings to stderr");
+}
+
+int ReportError(const Status& st) {
+  std::fprintf(stderr, "phi4mm: error: %s\n", st.ToString().c_str());
+  return 1;
+}
+
+Result<std::shared_ptr<const Model>> LoadModel(const ModelFlags& flags) {
+  const auto t0 = std::chrono::steady_clock::now();
+  LoadOptions opts;
+  opts.num_threads = flags.threads;
+  auto m = Model::Load(flags.dir, opts);
+  if (m.ok() && flags.verbose) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "[phi4mm] loaded %s (%s) in %.2f s, %d threads\n", flags.dir.c_str(),
+                 LayoutName((*m)->config().layout), s, (*m)->pool()->num_threads());
+  }
+  return m;
+}
+
+void PrintTimings(const GenerateResult& r) {
+  const double pre = r.prefill_seconds, dec = r.decode_seconds;
+  std::fprintf(stderr, "[phi4mm] prompt %lld tokens in %.3f s (%.2f tok/s); generated %zu tokens, %lld decode steps in %.3f s (%.2f tok/s); finish: %s\n",
+               static_cast<long long>(r.prompt_tokens), pre, pre > 0 ? r.prompt_tokens / pre : 0.0, r.tokens.size(),
+               static_cast<long long>(r.decode_steps), dec, dec > 0 ? r.decode_steps / dec : 0.0,
+               FinishReasonName(r.finish));
+}
+
+void NpyDumper::Tap(const std::string& name, const float* data, const std::vector<int64_t>& shape) {
+  if (!status_.ok()) return;
+  status_ = WriteNpyF32((std::filesystem::path(dir_) / (name + ".npy")).string(), data, shape);
+}
+
+}  // namespace phi4mm::cli

@@ -1,0 +1,61 @@
+// Shared pieces of the phi4mm subcommands: the sampling/generation flags, model loading with
+// user-facing errors, and the tensor dumper behind --dump.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "phi4mm/base/tensor_tap.h"
+#include "phi4mm/runtime/chat.h"
+
+namespace phi4mm::cli {
+
+struct GenerationFlags {
+  int64_t max_tokens = 512;
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repeat_penalty = 1.0f;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  void Register(CLI::App* app);
+  GenerateOptions ToOptions() const;
+};
+
+struct ModelFlags {
+  std::string dir;
+  int threads = 0;
+  bool verbose = false;
+  void Register(CLI::App* app);
+};
+
+// Prints "phi4mm: error: <message>" to stderr and returns the exit code for it.
+int ReportError(const Status& st);
+// Loads the model, printing the load time with --verbose.
+Result<std::shared_ptr<const Model>> LoadModel(const ModelFlags& flags);
+void PrintTimings(const GenerateResult& r);
+
+// Writes every tapped tensor to DIR/<name>.npy; remembers the first error.
+class NpyDumper : public TensorTap {
+ public:
+  explicit NpyDumper(std::string dir) : dir_(std::move(dir)) {}
+  void Tap(const std::string& name, const float* data, const std::vector<int64_t>& shape) override;
+  const Status& status() const { return status_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  Status status_;
+};
+
+int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const std::string& prompt, const std::string& system,
+               bool raw, const std::string& dump_dir, const std::string& lora);
+int ChatCommand(const ModelFlags& mf, const GenerationFlags& gf, const std::string& system);
+int InfoCommand(const ModelFlags& mf, bool json);
+int TokenizeCommand(const ModelFlags& mf, const std::string& text, bool chat);
+
+}  // namespace phi4mm::cli

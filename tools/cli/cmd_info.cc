@@ -1,0 +1,97 @@
+// `phi4mm info` (checkpoint summary) and `phi4mm tokenize` (ids as JSON).
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+
+namespace phi4mm::cli {
+
+namespace {
+
+std::string Human(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace
+
+int InfoCommand(const ModelFlags& mf, bool as_json) {
+  auto model = LoadModel(mf);
+  if (!model.ok()) return ReportError(model.status());
+  const ModelInfo info = (*model)->Info();
+  const ModelConfig& c = (*model)->config();
+  const TextConfig& t = c.text;
+  const int64_t kv_full = info.kv_bytes_per_token * info.context_length;
+  nlohmann::json j;
+  j["folder"] = info.dir;
+  j["layout"] = info.layout;
+  j["model_type"] = c.model_type;
+  j["files"] = info.num_files;
+  j["parameters"] = {{"embedding", info.params_embedding},     {"decoder", info.params_decoder},
+                     {"vision", info.params_vision},           {"speech", info.params_speech},
+                     {"vision_lora", info.params_vision_lora}, {"speech_lora", info.params_speech_lora},
+                     {"other", info.params_other}};
+  j["parameters_by_dtype"] = info.params_by_dtype;
+  j["decoder"] = {{"layers", t.num_hidden_layers}, {"hidden", t.hidden_size}, {"heads", t.num_attention_heads},
+                  {"kv_heads", t.num_key_value_heads}, {"head_dim", t.head_dim}, {"intermediate", t.intermediate_size},
+                  {"vocab", t.vocab_size}, {"rotary_dim", t.rotary_dim()},
+                  {"original_max_position_embeddings", t.original_max_position_embeddings},
+                  {"rope_attention_factor", t.rope_attention_factor}};
+  j["lora"] = {{"vision", {{"rank", c.vision_lora.rank}, {"alpha", c.vision_lora.alpha}}},
+               {"speech", {{"rank", c.speech_lora.rank}, {"alpha", c.speech_lora.alpha}}}};
+  j["context_length"] = info.context_length;
+  j["kv_cache"] = {{"dtype", "f32"}, {"bytes_per_token", info.kv_bytes_per_token}, {"bytes_at_full_context", kv_full}};
+  j["eos_token_ids"] = c.generation.eos_token_ids;
+  if (as_json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  int64_t total = 0;
+  for (const auto& [k, v] : info.params_by_dtype) total += v;
+  std::printf("folder:          %s\n", info.dir.c_str());
+  std::printf("layout:          %s, %zu safetensors file(s)\n", info.layout.c_str(), info.num_files);
+  std::printf("parameters:      %lld total\n", static_cast<long long>(total));
+  for (const char* part : {"embedding", "decoder", "vision", "speech", "vision_lora", "speech_lora", "other"})
+    std::printf("  %-13s %lld\n", part, static_cast<long long>(j["parameters"][part].get<int64_t>()));
+  std::printf("dtypes:         ");
+  for (const auto& [k, v] : info.params_by_dtype) std::printf(" %s=%lld", k.c_str(), static_cast<long long>(v));
+  std::printf("\ndecoder:         %lld layers, hidden %lld, %lld heads / %lld kv heads x %lld, rotary %lld, vocab %lld\n",
+              static_cast<long long>(t.num_hidden_layers), static_cast<long long>(t.hidden_size),
+              static_cast<long long>(t.num_attention_heads), static_cast<long long>(t.num_key_value_heads),
+              static_cast<long long>(t.head_dim), static_cast<long long>(t.rotary_dim()),
+              static_cast<long long>(t.vocab_size));
+  std::printf("LoRA:            vision r=%lld alpha=%g, speech r=%lld alpha=%g\n",
+              static_cast<long long>(c.vision_lora.rank), c.vision_lora.alpha,
+              static_cast<long long>(c.speech_lora.rank), c.speech_lora.alpha);
+  std::printf("context:         %lld tokens (LongRoPE switch after %lld)\n", static_cast<long long>(info.context_length),
+              static_cast<long long>(t.original_max_position_embeddings));
+  std::printf("KV cache (f32):  %s per token, %s at full context\n", Human(static_cast<double>(info.kv_bytes_per_token)).c_str(),
+              Human(static_cast<double>(kv_full)).c_str());
+  return 0;
+}
+
+int TokenizeCommand(const ModelFlags& mf, const std::string& text, bool chat) {
+  auto tok = Tokenizer::LoadFromDir(mf.dir);
+  if (!tok.ok()) return ReportError(tok.status());
+  std::string rendered = text;
+  if (chat) {
+    const ChatMessage msg{"user", text, std::nullopt};
+    auto r = RenderChatPrompt(std::span(&msg, 1), true);
+    if (!r.ok()) return ReportError(r.status());
+    rendered = *r;
+  }
+  auto ids = EncodePrompt(**tok, rendered);
+  if (!ids.ok()) return ReportError(ids.status());
+  std::printf("%s\n", nlohmann::json(*ids).dump().c_str());
+  return 0;
+}
+
+}  // namespace phi4mm::cli
