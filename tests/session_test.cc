@@ -74,7 +74,7 @@ TEST(Session, LoraModeChangeRecomputesWholeSequence) {
 
 TEST(Session, ChatTurnsReuseTheCacheAndMatchARecompute) {
   auto model = Tiny();
-  Chat chat(model, "You are terse.");
+  Chat chat(model, "You are a terse assistant who answers every question in exactly one short sentence, without any preamble, apology or filler words.");
   GenerateOptions opts;
   opts.max_new_tokens = 4;
   auto r1 = chat.Send("Hello there", opts);
