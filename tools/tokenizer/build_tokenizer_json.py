@@ -222,7 +222,7 @@ def build(ranks):
 
 def write_json(path, obj, compact):
     if compact:
-        # One line per top-level key's scalar, vocab/merges packed: small and still diffable enough.
+        # No whitespace: the vocab and merges make tokenizer.json large (~6.7 MB) even so.
         text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
     else:
         text = json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=True)
@@ -247,9 +247,8 @@ def check(out_dir, ranks_path, ranks, corpus_path):
     import tokenizers  # noqa: PLC0415
     import transformers  # noqa: PLC0415
 
-    mergeable = {tok: r for tok, r in ranks.items()}
     enc = tiktoken.Encoding(
-        name="o200k_base_local", pat_str=O200K_PATTERN, mergeable_ranks=mergeable,
+        name="o200k_base_local", pat_str=O200K_PATTERN, mergeable_ranks=ranks,
         special_tokens={"<|endoftext|>": 199999, "<|endofprompt|>": 200018})
     hf = tokenizers.Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
     auto = transformers.AutoTokenizer.from_pretrained(out_dir)

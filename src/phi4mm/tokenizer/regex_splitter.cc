@@ -91,7 +91,11 @@ Status RegexSplitter::Split(std::string_view text, std::vector<std::string_view>
   size_t gap_start = 0;
   Status status;
   while (pos < text.size()) {
-    const int rc = pcre2_match(impl_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+    int rc = pcre2_match(impl_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+      // The JIT's machine stack is small; the interpreter keeps its backtracking state on the heap.
+      rc = pcre2_match(impl_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
+    }
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       status = Internal("pre-tokenizer regex failed at byte " + std::to_string(pos) + ": " + Pcre2Message(rc));
