@@ -266,11 +266,14 @@ Result<ModelConfig> ModelConfig::ParseConfigJson(const std::string& text, const 
         ir.Int("crop_size", &c.vision.crop_size);
         PHI4MM_RETURN_IF_ERROR(ir.status());
         c.vision.image_size = c.vision.crop_size;
+        // The original hard-codes SigLIP-so400m (get_siglip_vision_model); small test checkpoints
+        // describe their tower in embd_layer.image_embd_layer.vision_config (docs/fixtures.md).
+        const json& ie = e["image_embd_layer"];
+        if (ie.contains("vision_config") && ie["vision_config"].is_object())
+          PHI4MM_RETURN_IF_ERROR(ReadVisionNative(ie["vision_config"], label + " embd_layer.image_embd_layer.vision_config",
+                                                  &c.vision));
       }
     }
-    // The original hard-codes SigLIP-so400m; small test checkpoints describe their tower here.
-    if (j.contains("vision_config") && j["vision_config"].is_object())
-      PHI4MM_RETURN_IF_ERROR(ReadVisionNative(j["vision_config"], label + " vision_config", &c.vision));
     if (j.contains("audio_processor") && j["audio_processor"].is_object()) {
       const json& ap = j["audio_processor"];
       if (ap.contains("config") && ap["config"].is_object())
