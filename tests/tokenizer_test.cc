@@ -40,9 +40,9 @@ struct CorpusEntry {
   std::vector<int32_t> ids;
 };
 
-std::vector<CorpusEntry> LoadCorpus() {
+std::vector<CorpusEntry> LoadCorpus(const std::string& file = "corpus.jsonl") {
   std::vector<CorpusEntry> out;
-  std::ifstream in(kDir + "/corpus.jsonl");
+  std::ifstream in(kDir + "/" + file);
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -102,6 +102,16 @@ TEST(TokenizerTest, CorpusMatchesTiktoken) {
     ++passed;
   }
   EXPECT_EQ(passed, corpus.size());
+}
+
+TEST(TokenizerTest, AddedTokenCasesMatchHfTokenizers) {
+  const auto cases = LoadCorpus("added_token_cases.jsonl");
+  ASSERT_GE(cases.size(), 400u);
+  for (const auto& e : cases) {
+    auto r = Tok().Encode(e.text);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(*r, e.ids) << "first mismatch on " << json(e.text).dump();
+  }
 }
 
 TEST(TokenizerTest, CorpusRoundTrips) {
@@ -305,6 +315,29 @@ TEST(TokenizerTest, TinyTokenizerWorks) {
   EXPECT_EQ(*ids, (std::vector<int32_t>{257, 'l', 'o', 258, 'x'}));
   EXPECT_EQ((*r)->vocab_size(), 259);
   EXPECT_EQ((*r)->chat_template(), "");
+}
+
+TEST(TokenizerTest, LstripAndSingleWordFlags) {
+  json j = TinyTokenizer();
+  j["added_tokens"].push_back({{"id", 259}, {"content", "<mask>"}, {"lstrip", true}});
+  j["added_tokens"].push_back({{"id", 260}, {"content", "SEP"}, {"single_word", true}});
+  auto r = Tokenizer::LoadFromJson(j.dump(), "");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto ids = (*r)->Encode("a \t <mask> b");  // the `tokenizers` package gives the same ids
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{'a', 259, ' ', 'b'}));
+  // lstrip never reaches back into an earlier added token.
+  auto after_end = (*r)->Encode("<|end|> <mask>");
+  ASSERT_TRUE(after_end.ok());
+  EXPECT_EQ(*after_end, (std::vector<int32_t>{258, 259}));
+  // Expected ids from the `tokenizers` package on the same JSON: SEP next to a word character is text.
+  auto word = (*r)->Encode("a SEP bSEP");
+  ASSERT_TRUE(word.ok());
+  EXPECT_EQ(*word, (std::vector<int32_t>{97, 32, 260, 32, 98, 83, 69, 80}));
+  auto word2 = (*r)->Encode("SEP_x xSEP SEP. \u00e9SEP 1SEP");
+  ASSERT_TRUE(word2.ok());
+  EXPECT_EQ(*word2, (std::vector<int32_t>{83, 69, 80, 95, 120, 32, 120, 83, 69, 80, 32, 260, 46, 32, 195, 169, 83,
+                                          69, 80, 32, 49, 83, 69, 80}));
 }
 
 TEST(TokenizerTest, MalformedTokenizerJsonGivesClearErrors) {

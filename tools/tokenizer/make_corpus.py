@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Generates the tokenizer test fixtures: corpus.jsonl and chat_cases.json.
 
+added_token_cases.jsonl holds strings that mix added tokens (<|user|>, <|end|>, ...) with text and
+whitespace, with the ids of the `tokenizers` package (which applies the rstrip flags).
 corpus.jsonl holds thousands of strings (code, prose, many scripts, whitespace runs, digits, emoji,
 contractions, URLs, special-token look-alikes, combining marks, random unicode), each with the ids
 that tiktoken o200k_base (built from the local rank file, ordinary text, no special tokens) gives.
@@ -158,7 +160,10 @@ def make_corpus(count, seed):
     fixed = CODE + PROSE + list(SCRIPTS.values()) + EMOJI + LOOKALIKES + URLS + WHITESPACE + COMBINING
     fixed += [t for t, _ in btj.GOLDENS if "<|" not in t]
     fixed += ["a\u180e b", "a \u180eb", "x\u0085y", " \u0085 z", "a\u1680 b", "\u200b \u200b", " " * 300 + "x",
-              "=" * 500, "\n" * 200 + "end", "1" * 100, "A" * 200 + "a" * 200]
+              "=" * 500, "\n" * 200 + "end", "1" * 100, "A" * 200 + "a" * 200,
+              # Letters added in Unicode 15/16 (PCRE2's tables and the Rust regex crate's may differ).
+              "a\u1c89b", "A\u1c89", "x\U00010d50\U00010d70y", " \U00016100\U00016101", "\U0001e5d0\U0001e5d1 z",
+              "x\u0c5c y", "q\U000118a0", "\U0001f8b0\U0001fa89", "k\U00011f00\U00011f41 m"]
     texts = list(dict.fromkeys(fixed))
     seen = set(texts)
     while len(texts) < count:
@@ -192,6 +197,28 @@ CHAT_CASES = [
      {"role": "assistant", "content": "<|tool_call|>{\"name\": \"f\"}<|/tool_call|>"},
      {"role": "tool", "content": "{\"result\": 3}"}],
 ]
+
+
+def make_added_token_cases(count, seed):
+    """Strings that mix added tokens with text and whitespace (to pin down lstrip/rstrip handling)."""
+    rng = random.Random(seed)
+    added = [content for _, content, _, _ in btj.ADDED_TOKENS]
+    spaces = WHITESPACE + ["", "", "", " \u3000\u00a0 ", "\u2028", "\u180e"]
+    out = []
+    while len(out) < count:
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            kind = rng.random()
+            if kind < 0.45:
+                parts.append(rng.choice(added))
+            elif kind < 0.75:
+                parts.append(rng.choice(spaces))
+            else:
+                parts.append(fragment(rng))
+        text = "".join(parts)
+        if text:
+            out.append(text)
+    return list(dict.fromkeys(out))
 
 
 REAL_GOLDEN_CASES = ["text-only", "single-image", "multi-image", "short-audio", "multi-image-audio",
@@ -250,6 +277,12 @@ def main():
             f.write(json.dumps({"text": text, "ids": enc.encode_ordinary(text)}, ensure_ascii=False) + "\n")
 
     auto = transformers.AutoTokenizer.from_pretrained(args.out)
+    with open(os.path.join(args.out, "added_token_cases.jsonl"), "w", encoding="utf-8", newline="\n") as f:
+        for text in make_added_token_cases(600, args.seed + 1):
+            ids = auto.backend_tokenizer.encode(text, add_special_tokens=False).ids
+            if ids != auto.encode(text, add_special_tokens=False):
+                raise SystemExit(f"tokenizers and AutoTokenizer disagree on {text!r}")
+            f.write(json.dumps({"text": text, "ids": ids}, ensure_ascii=False) + "\n")
     cases = []
     for messages in CHAT_CASES:
         text = auto.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)

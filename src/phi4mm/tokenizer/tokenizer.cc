@@ -17,8 +17,15 @@ namespace {
 constexpr size_t kMaxCachedPieceBytes = 64;
 constexpr size_t kMaxCacheEntries = 1 << 16;
 
-bool IsAsciiWordChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+// Whether the character starting at s[i] is a "word" character for single_word added tokens: ASCII
+// letters, digits and '_', and (approximating Unicode alphanumerics) any non-ASCII non-space character.
+bool IsWordCharAt(std::string_view s, size_t i) {
+  const char c = s[i];
+  if (static_cast<uint8_t>(c) < 0x80) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  }
+  size_t len = 0;
+  return !utf8::IsWhiteSpace(utf8::DecodeAt(s, i, &len));
 }
 
 // Start of the character that ends just before byte `end` of well-formed `s`.
@@ -54,7 +61,9 @@ Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) const {
       if (text.compare(i, t.content.size(), t.content) != 0) continue;
       if (t.single_word) {
         const size_t end = i + t.content.size();
-        if ((i > 0 && IsAsciiWordChar(text[i - 1])) || (end < text.size() && IsAsciiWordChar(text[end]))) continue;
+        if ((i > 0 && IsWordCharAt(text, PrevCharStart(text, i))) || (end < text.size() && IsWordCharAt(text, end))) {
+          continue;
+        }
       }
       match = &t;
       break;
