@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Fuzz smoke test for CI: builds every libFuzzer target (fuzz/*_fuzz.cc) with clang, ASan and UBSan
+# into build-fuzz/, then runs each for N seconds (first argument, default 30) on a temporary copy of
+# its seed corpus fuzz/corpus/<name>/ (name = target without "_fuzz"). Exits non-zero if the build
+# fails or any target crashes, leaks or trips a sanitizer; crash inputs are kept in build-fuzz/artifacts/.
+set -euo pipefail
+secs="${1:-30}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="$root/build-fuzz"
+
+CC="${CC:-clang}" CXX="${CXX:-clang++}" cmake -S "$root" -B "$build" -G Ninja -DPHI4MM_FUZZ=ON \
+  -DPHI4MM_SANITIZE=address,undefined -DPHI4MM_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+ninja -C "$build"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$build/artifacts"
+failed=()
+for src in "$root"/fuzz/*_fuzz.cc; do
+  target="$(basename "$src" .cc)"
+  exe="$build/fuzz/$target"
+  corpus="$work/${target%_fuzz}"
+  mkdir -p "$corpus"
+  if [ -d "$root/fuzz/corpus/${target%_fuzz}" ]; then cp -r "$root/fuzz/corpus/${target%_fuzz}/." "$corpus/"; fi
+  echo "=== $target: ${secs}s on $(find "$corpus" -type f | wc -l) seed file(s)"
+  log="$work/$target.log"
+  if (cd "$root" && "$exe" -max_total_time="$secs" -timeout=25 -rss_limit_mb=4096 -print_final_stats=1 \
+        -artifact_prefix="$build/artifacts/$target-" "$corpus") >"$log" 2>&1; then
+    grep -E '^stat::number_of_executed_units|Done [0-9]+ runs' "$log" | tail -n 2 || true
+  else
+    echo "!!! $target failed; last lines of its log:"
+    tail -n 60 "$log"
+    failed+=("$target")
+  fi
+done
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "fuzz smoke FAILED: ${failed[*]} (inputs in $build/artifacts/)"
+  exit 1
+fi
+echo "fuzz smoke passed"

@@ -1,0 +1,849 @@
+// Error-path and unit tests for everything that reads a checkpoint: the safetensors parser on
+// hand-built buffers (suite Safetensors, plus SafetensorsHalf for the 16-bit float conversions),
+// config.json parsing and validation (Config), the original/PEFT -> canonical tensor renaming of
+// reference-spec §8.1 (Checkpoint), and whole-folder loads of the tiny fixtures copied to a temp
+// folder and then damaged (LoadErrors). Every bad input must give a Status with the right code and
+// a message that names the file, tensor or value at fault, and must never crash.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "phi4mm/base/half.h"
+#include "phi4mm/io/checkpoint.h"
+#include "phi4mm/io/model_config.h"
+#include "phi4mm/io/safetensors.h"
+#include "phi4mm/runtime/model.h"
+#include "test_util.h"
+
+namespace phi4mm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kShard1 = "model-00001-of-00003.safetensors";
+constexpr const char* kShard2 = "model-00002-of-00003.safetensors";
+
+// ---------------------------------------------------------------------------------------------
+// A tiny safetensors writer: tensors are laid out back to back in the order given.
+struct RawTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+std::string Frame(const std::string& header, const std::string& data) {
+  std::string out(8, '\0');
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + header + data;
+}
+
+// The JSON header for `tensors` laid out back to back; their bytes are appended to *data.
+json LayoutHeader(const std::vector<RawTensor>& tensors, std::string* data, const json& metadata = nullptr) {
+  json header = json::object();
+  if (!metadata.is_null()) header["__metadata__"] = metadata;
+  for (const RawTensor& t : tensors) {
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data->size(), data->size() + t.bytes.size()}}};
+    *data += t.bytes;
+  }
+  return header;
+}
+
+std::string BuildSafetensors(const std::vector<RawTensor>& tensors, const json& metadata = nullptr) {
+  std::string data;
+  const json header = LayoutHeader(tensors, &data, metadata);
+  return Frame(header.dump(), data);
+}
+
+// Every tensor of a safetensors file, copied out so the file can be rewritten.
+std::vector<RawTensor> ReadTensors(const std::string& path) {
+  auto f = SafetensorsFile::Open(path);
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  std::vector<RawTensor> out;
+  if (!f.ok()) return out;
+  for (const auto& [name, t] : f->tensors())
+    out.push_back({name, DTypeName(t.dtype), t.shape, std::string(reinterpret_cast<const char*>(t.data), t.nbytes)});
+  return out;
+}
+
+template <typename T>
+std::string Bytes(std::initializer_list<T> values) {
+  std::string s;
+  for (T v : values) {
+    char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    s.append(b, sizeof(T));
+  }
+  return s;
+}
+
+Result<SafetensorsFile> ParseBuffer(const std::string& buf, const std::string& label = "buf.safetensors") {
+  return SafetensorsFile::Parse(nullptr, reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), label);
+}
+
+// The status must have `code` and its message must contain every needle.
+void ExpectError(const Status& st, StatusCode code, std::initializer_list<std::string> needles) {
+  ASSERT_FALSE(st.ok()) << "expected an error, got OK";
+  EXPECT_EQ(st.code(), code) << st.ToString();
+  for (const std::string& n : needles)
+    EXPECT_NE(st.message().find(n), std::string::npos) << "message lacks '" << n << "': " << st.message();
+}
+
+// A header-only safetensors buffer with one tensor entry `entry` and `data_bytes` bytes of data.
+std::string OneEntry(const json& entry, size_t data_bytes = 16) {
+  return Frame(json{{"t", entry}}.dump(), std::string(data_bytes, '\x01'));
+}
+
+// A fresh copy of a tiny fixture layout ("orig" or "native") in a temp folder.
+std::string CopyFixture(const std::string& layout, const std::string& name) {
+  const std::string dir = test::TempDir(name) + "/" + layout;
+  test::CopyDir(test::FixturePath("tiny/" + layout), dir);
+  return dir;
+}
+
+void Truncate(const std::string& path, uintmax_t size) { fs::resize_file(path, size); }
+
+// Reads a JSON file, lets `edit` change it, writes it back.
+template <typename F>
+void EditJson(const std::string& path, F edit) {
+  json j = json::parse(test::ReadFile(path));
+  edit(j);
+  test::WriteFile(path, j.dump(2));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Safetensors: the parser on hand-built buffers.
+
+TEST(Safetensors, ParsesValidFileWithAllCommonDtypes) {
+  const std::string f32 = Bytes<float>({1.5f, -2.0f, 3.25f, 0.0f, 1e-3f, 7.0f});
+  const std::string bf16 = Bytes<uint16_t>({0x3f80, 0xc000});  // 1, -2
+  const std::string f16 = Bytes<uint16_t>({0x3c00, 0x4200, 0xbc00});  // 1, 3, -1
+  const std::string i64 = Bytes<int64_t>({7, -9, 200020});
+  const std::string buf =
+      BuildSafetensors({{"a.f32", "F32", {2, 3}, f32}, {"b.bf16", "BF16", {2}, bf16}, {"c.f16", "F16", {3, 1}, f16},
+                        {"d.i64", "I64", {3}, i64}, {"e.empty", "F32", {0, 5}, ""}},
+                       json{{"format", "pt"}, {"origin", "test"}});
+  auto r = ParseBuffer(buf, "valid.safetensors");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->path(), "valid.safetensors");
+  ASSERT_EQ(r->tensors().size(), 5u);
+  EXPECT_EQ(r->metadata().at("format"), "pt");
+  EXPECT_EQ(r->metadata().at("origin"), "test");
+  EXPECT_EQ(r->tensors().count("__metadata__"), 0u);
+
+  const TensorView& a = r->tensors().at("a.f32");
+  EXPECT_EQ(a.dtype, DType::kF32);
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(a.numel(), 6);
+  EXPECT_EQ(a.nbytes, 24u);
+  EXPECT_EQ(a.ShapeString(), "[2, 3]");
+  EXPECT_EQ(a.file, "valid.safetensors");
+  EXPECT_EQ(test::ToFloats(a), (std::vector<float>{1.5f, -2.0f, 3.25f, 0.0f, 1e-3f, 7.0f}));
+
+  const TensorView& b = r->tensors().at("b.bf16");
+  EXPECT_EQ(b.dtype, DType::kBF16);
+  EXPECT_EQ(test::ToFloats(b), (std::vector<float>{1.0f, -2.0f}));
+  const TensorView& c = r->tensors().at("c.f16");
+  EXPECT_EQ(c.dtype, DType::kF16);
+  EXPECT_EQ(c.shape, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(test::ToFloats(c), (std::vector<float>{1.0f, 3.0f, -1.0f}));
+  const TensorView& d = r->tensors().at("d.i64");
+  EXPECT_EQ(d.dtype, DType::kI64);
+  EXPECT_EQ(test::ToInts(d), (std::vector<int64_t>{7, -9, 200020}));
+  const TensorView& e = r->tensors().at("e.empty");
+  EXPECT_EQ(e.numel(), 0);
+  EXPECT_EQ(e.nbytes, 0u);
+  EXPECT_EQ(e.ShapeString(), "[0, 5]");
+}
+
+TEST(Safetensors, ScalarAndEmptyHeader) {
+  auto r = ParseBuffer(BuildSafetensors({{"s", "F64", {}, Bytes<double>({2.5})}}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const TensorView& s = r->tensors().at("s");
+  EXPECT_TRUE(s.shape.empty());
+  EXPECT_EQ(s.numel(), 1);
+  EXPECT_EQ(s.ShapeString(), "[]");
+  double v;
+  std::memcpy(&v, s.data, 8);
+  EXPECT_EQ(v, 2.5);
+
+  auto empty = ParseBuffer(Frame("{}", ""));
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_TRUE(empty->tensors().empty());
+}
+
+TEST(Safetensors, OpenReadsFileAndNamesItInErrors) {
+  const std::string dir = test::TempDir("st_open");
+  const std::string good = dir + "/good.safetensors";
+  test::WriteFile(good, BuildSafetensors({{"w", "F32", {2}, Bytes<float>({4.0f, 5.0f})}}));
+  auto r = SafetensorsFile::Open(good);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(test::ToFloats(r->tensors().at("w")), (std::vector<float>{4.0f, 5.0f}));
+  EXPECT_EQ(r->tensors().at("w").file, good);
+
+  ExpectError(SafetensorsFile::Open(dir + "/absent.safetensors").status(), StatusCode::kNotFound,
+              {"absent.safetensors", "does not exist"});
+  ExpectError(SafetensorsFile::Open(dir).status(), StatusCode::kInvalidArgument, {dir, "not a regular file"});
+}
+
+TEST(Safetensors, TooShortForHeaderLength) {
+  for (size_t n : {0u, 1u, 7u}) {
+    const std::string buf(n, '\0');
+    ExpectError(ParseBuffer(buf, "short.safetensors").status(), StatusCode::kDataLoss,
+                {"short.safetensors", std::to_string(n) + " bytes long", "truncated"});
+  }
+}
+
+TEST(Safetensors, HeaderLengthBeyondFile) {
+  std::string buf = BuildSafetensors({{"w", "F32", {4}, std::string(16, '\0')}});
+  const std::string cut = buf.substr(0, 20);  // header length intact, header itself cut
+  ExpectError(ParseBuffer(cut, "cut.safetensors").status(), StatusCode::kDataLoss,
+              {"cut.safetensors", "only 12 bytes follow", "truncated"});
+  std::string huge = Frame("{}", "");
+  huge[7] = '\x7f';
+  ExpectError(ParseBuffer(huge).status(), StatusCode::kDataLoss, {"limit 100 MB"});
+  std::string just_over = Frame("{}", "");
+  just_over[0] = 3;  // declares 3 bytes, 2 follow
+  ExpectError(ParseBuffer(just_over).status(), StatusCode::kDataLoss, {"3-byte header but only 2 bytes follow"});
+}
+
+TEST(Safetensors, MalformedHeaderJson) {
+  ExpectError(ParseBuffer(Frame("{\"w\": {\"dtype\": ", ""), "garbage.safetensors").status(), StatusCode::kDataLoss,
+              {"garbage.safetensors", "malformed JSON header"});
+  ExpectError(ParseBuffer(Frame("\xff\xfe\x00garbage", "")).status(), StatusCode::kDataLoss, {"malformed JSON header"});
+  ExpectError(ParseBuffer(Frame("[1, 2]", "")).status(), StatusCode::kDataLoss, {"not an object"});
+  ExpectError(ParseBuffer(Frame(R"({"__metadata__": [1]})", "")).status(), StatusCode::kDataLoss,
+              {"__metadata__ is not an object"});
+  ExpectError(ParseBuffer(Frame(R"({"w": 3})", "")).status(), StatusCode::kDataLoss,
+              {"tensor 'w'", "dtype, shape and data_offsets"});
+  ExpectError(ParseBuffer(Frame(R"({"w": {"dtype": "F32", "shape": [1]}})", "")).status(), StatusCode::kDataLoss,
+              {"tensor 'w'", "data_offsets"});
+}
+
+TEST(Safetensors, OffsetsOutOfRange) {
+  ExpectError(ParseBuffer(OneEntry({{"dtype", "F32"}, {"shape", {8}}, {"data_offsets", {0, 32}}}, 16)).status(),
+              StatusCode::kDataLoss, {"tensor 't'", "[0, 32]", "16-byte data section"});
+  ExpectError(ParseBuffer(OneEntry({{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {8, 4}}}, 16)).status(),
+              StatusCode::kDataLoss, {"tensor 't'", "[8, 4]"});
+  ExpectError(ParseBuffer(OneEntry({{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {-4, 0}}}, 16)).status(),
+              StatusCode::kDataLoss, {"tensor 't'", "data_offsets must be two non-negative integers"});
+  ExpectError(ParseBuffer(OneEntry({{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0}}}, 16)).status(),
+              StatusCode::kDataLoss, {"tensor 't'", "data_offsets"});
+  ExpectError(
+      ParseBuffer(OneEntry({{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 18446744073709551615ull}}}, 16))
+          .status(),
+      StatusCode::kDataLoss, {"tensor 't'", "outside"});
+}
+
+TEST(Safetensors, OverlappingTensors) {
+  const json header = {{"a", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}},
+                       {"b", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {4, 12}}}}};
+  ExpectError(ParseBuffer(Frame(header.dump(), std::string(16, '\0')), "overlap.safetensors").status(),
+              StatusCode::kDataLoss, {"overlap.safetensors", "overlap"});
+  // Touching but not overlapping is fine.
+  const json touching = {{"a", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}},
+                         {"b", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {8, 16}}}}};
+  EXPECT_TRUE(ParseBuffer(Frame(touching.dump(), std::string(16, '\0'))).ok());
+}
+
+TEST(Safetensors, DtypeShapeByteCountMismatch) {
+  ExpectError(ParseBuffer(OneEntry({{"dtype", "BF16"}, {"shape", {2, 3}}, {"data_offsets", {0, 16}}}, 16)).status(),
+              StatusCode::kDataLoss, {"tensor 't'", "[2, 3]", "BF16", "needs 12 bytes", "span 16"});
+  ExpectError(
+      ParseBuffer(OneEntry({{"dtype", "F32"}, {"shape", {1u << 30, 1u << 30, 1u << 30}}, {"data_offsets", {0, 16}}}, 16))
+          .status(),
+      StatusCode::kDataLoss, {"tensor 't'", "absurdly large"});
+}
+
+TEST(Safetensors, UnknownDtype) {
+  ExpectError(ParseBuffer(OneEntry({{"dtype", "F8_E9M9"}, {"shape", {4}}, {"data_offsets", {0, 4}}})).status(),
+              StatusCode::kUnsupported, {"tensor 't'", "unsupported dtype 'F8_E9M9'"});
+  ExpectError(ParseBuffer(OneEntry({{"dtype", 32}, {"shape", {4}}, {"data_offsets", {0, 16}}})).status(),
+              StatusCode::kDataLoss, {"tensor 't'", "dtype is not a string"});
+}
+
+TEST(Safetensors, BadDimensions) {
+  for (const json& shape : {json::array({2, -2}), json::array({1.5}), json::array({"4"}), json::array({nullptr})}) {
+    ExpectError(ParseBuffer(OneEntry({{"dtype", "U8"}, {"shape", shape}, {"data_offsets", {0, 4}}})).status(),
+                StatusCode::kDataLoss, {"tensor 't'", "non-integer or negative dimension"});
+  }
+  ExpectError(ParseBuffer(OneEntry({{"dtype", "U8"}, {"shape", 4}, {"data_offsets", {0, 4}}})).status(),
+              StatusCode::kDataLoss, {"tensor 't'", "shape is not an array"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// SafetensorsHalf: the bf16/f16 scalar conversions used when reading checkpoints.
+
+bool IsF16NaN(uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0; }
+
+// Reference value of an f16 bit pattern, computed independently with ldexp.
+double F16Reference(uint16_t h) {
+  const int exp = (h >> 10) & 0x1f;
+  const int mant = h & 0x3ff;
+  const double sign = (h & 0x8000u) ? -1.0 : 1.0;
+  if (exp == 0) return sign * std::ldexp(mant, -24);
+  if (exp == 31) return mant == 0 ? sign * std::numeric_limits<double>::infinity() : std::nan("");
+  return sign * std::ldexp(1024 + mant, exp - 25);
+}
+
+TEST(SafetensorsHalf, F16ToF32ExactAndRoundTripsAllPatterns) {
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const auto h = static_cast<uint16_t>(i);
+    const float f = F16ToF32(h);
+    if (IsF16NaN(h)) {
+      EXPECT_TRUE(std::isnan(f)) << std::hex << i;
+      const uint16_t back = F32ToF16(f);
+      EXPECT_TRUE(IsF16NaN(back)) << std::hex << i << " -> " << back;
+      EXPECT_EQ(back & 0x8000u, h & 0x8000u) << std::hex << i;
+      continue;
+    }
+    EXPECT_EQ(static_cast<double>(f), F16Reference(h)) << std::hex << i;
+    EXPECT_EQ(std::signbit(f), (h & 0x8000u) != 0) << std::hex << i;
+    EXPECT_EQ(F32ToF16(f), h) << std::hex << i;
+  }
+}
+
+TEST(SafetensorsHalf, F32ToF16RoundsToNearestEven) {
+  // Every midpoint between consecutive finite positive halves (and the values either side of it).
+  for (uint16_t h = 0; h < 0x7bff; ++h) {
+    const float lo = F16ToF32(h), hi = F16ToF32(static_cast<uint16_t>(h + 1));
+    const float mid = (lo + hi) / 2;  // exact: halves have 11 significant bits
+    const uint16_t even = (h & 1u) ? static_cast<uint16_t>(h + 1) : h;
+    ASSERT_EQ(F32ToF16(mid), even) << "midpoint above " << std::hex << h;
+    ASSERT_EQ(F32ToF16(-mid), even | 0x8000u) << "negative midpoint above " << std::hex << h;
+    ASSERT_EQ(F32ToF16(std::nextafter(mid, 0.0f)), h) << std::hex << h;
+    ASSERT_EQ(F32ToF16(std::nextafter(mid, 1e9f)), h + 1) << std::hex << h;
+  }
+  EXPECT_EQ(F32ToF16(65504.0f), 0x7bffu);
+  EXPECT_EQ(F32ToF16(std::nextafter(65520.0f, 0.0f)), 0x7bffu);
+  EXPECT_EQ(F32ToF16(65520.0f), 0x7c00u);  // the midpoint to the next binade rounds to even = inf
+  EXPECT_EQ(F32ToF16(1e10f), 0x7c00u);
+  EXPECT_EQ(F32ToF16(-1e10f), 0xfc00u);
+  EXPECT_EQ(F32ToF16(std::numeric_limits<float>::infinity()), 0x7c00u);
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -25)), 0u);  // half the smallest subnormal: ties to even (0)
+  EXPECT_EQ(F32ToF16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 1u);
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -30)), 0u);
+  EXPECT_EQ(F32ToF16(-std::ldexp(1.0f, -30)), 0x8000u);
+  EXPECT_TRUE(IsF16NaN(F32ToF16(std::nanf(""))));
+}
+
+TEST(SafetensorsHalf, Bf16RoundTripAndTiesToEven) {
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const auto h = static_cast<uint16_t>(i);
+    const float f = Bf16ToF32(h);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    ASSERT_EQ(bits, i << 16);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(f)))) << std::hex << i;
+    } else {
+      EXPECT_EQ(F32ToBf16(f), h) << std::hex << i;
+    }
+  }
+  auto from_bits = [](uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  };
+  EXPECT_EQ(F32ToBf16(from_bits(0x3f808000u)), 0x3f80u);  // tie, even below
+  EXPECT_EQ(F32ToBf16(from_bits(0x3f818000u)), 0x3f82u);  // tie, even above
+  EXPECT_EQ(F32ToBf16(from_bits(0x3f808001u)), 0x3f81u);  // just above the tie
+  EXPECT_EQ(F32ToBf16(from_bits(0x3f817fffu)), 0x3f81u);  // just below the tie
+  EXPECT_EQ(F32ToBf16(from_bits(0xbf808000u)), 0xbf80u);  // negative tie
+  EXPECT_EQ(F32ToBf16(from_bits(0x7f7f8000u)), 0x7f80u);  // tie past the largest finite -> inf
+  EXPECT_EQ(F32ToBf16(from_bits(0x00008000u)), 0x0000u);  // subnormal tie
+  EXPECT_EQ(F32ToBf16(from_bits(0x00018000u)), 0x0002u);
+  // NaNs whose payload sits only in the low 16 bits must stay NaN, not become infinity.
+  EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(from_bits(0x7f800001u)))));
+  EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(from_bits(0xff800001u)))));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoint: canonical names (reference-spec §8.1) and checkpoint-level errors.
+
+TEST(Checkpoint, CanonicalNameFromOriginalAllRules) {
+  const std::string X = "model.embed_tokens_extend.";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // decoder: .base_layer. dropped, LoRA names kept
+      {"model.layers.0.self_attn.qkv_proj.base_layer.weight", "model.layers.0.self_attn.qkv_proj.weight"},
+      {"model.layers.31.self_attn.o_proj.base_layer.weight", "model.layers.31.self_attn.o_proj.weight"},
+      {"model.layers.2.mlp.gate_up_proj.base_layer.weight", "model.layers.2.mlp.gate_up_proj.weight"},
+      {"model.layers.2.mlp.down_proj.base_layer.weight", "model.layers.2.mlp.down_proj.weight"},
+      {"model.layers.1.self_attn.qkv_proj.lora_A.vision.weight", "model.layers.1.self_attn.qkv_proj.lora_A.vision.weight"},
+      {"model.layers.1.mlp.down_proj.lora_B.speech.weight", "model.layers.1.mlp.down_proj.lora_B.speech.weight"},
+      // vision projection and separators
+      {X + "image_embed.img_projection.0.weight", X + "image_embed.img_projection_up.weight"},
+      {X + "image_embed.img_projection.0.bias", X + "image_embed.img_projection_up.bias"},
+      {X + "image_embed.img_projection.2.weight", X + "image_embed.img_projection_down.weight"},
+      {X + "image_embed.img_projection.2.bias", X + "image_embed.img_projection_down.bias"},
+      {X + "image_embed.glb_GN", X + "image_embed.global_img_feature_extensor"},
+      {X + "image_embed.sub_GN", X + "image_embed.sub_img_feature_extensor"},
+      // audio projections
+      {X + "audio_embed.audio_projection.speech.0.weight", X + "audio_embed.up_proj_for_speech.weight"},
+      {X + "audio_embed.audio_projection.speech.0.bias", X + "audio_embed.up_proj_for_speech.bias"},
+      {X + "audio_embed.audio_projection.speech.2.weight", X + "audio_embed.down_proj_for_speech.weight"},
+      {X + "audio_embed.audio_projection.speech.2.bias", X + "audio_embed.down_proj_for_speech.bias"},
+      {X + "audio_embed.audio_projection.vision.0.weight", X + "audio_embed.up_proj_for_vision_speech.weight"},
+      {X + "audio_embed.audio_projection.vision.0.bias", X + "audio_embed.up_proj_for_vision_speech.bias"},
+      {X + "audio_embed.audio_projection.vision.2.weight", X + "audio_embed.down_proj_for_vision_speech.weight"},
+      {X + "audio_embed.audio_projection.vision.2.bias", X + "audio_embed.down_proj_for_vision_speech.bias"},
+      // conformer feed-forwards and attention
+      {X + "audio_embed.encoder.encoders.0.feed_forward_in.net.0.linear.weight",
+       X + "audio_embed.encoder.encoders.0.feed_forward_in.gate_up_proj.weight"},
+      {X + "audio_embed.encoder.encoders.23.feed_forward_out.net.0.linear.bias",
+       X + "audio_embed.encoder.encoders.23.feed_forward_out.gate_up_proj.bias"},
+      {X + "audio_embed.encoder.encoders.5.feed_forward_in.net.2.weight",
+       X + "audio_embed.encoder.encoders.5.feed_forward_in.down_proj.weight"},
+      {X + "audio_embed.encoder.encoders.5.feed_forward_out.net.2.bias",
+       X + "audio_embed.encoder.encoders.5.feed_forward_out.down_proj.bias"},
+      {X + "audio_embed.encoder.encoders.1.self_attn.linear_q.weight", X + "audio_embed.encoder.encoders.1.self_attn.q_proj.weight"},
+      {X + "audio_embed.encoder.encoders.1.self_attn.linear_k.bias", X + "audio_embed.encoder.encoders.1.self_attn.k_proj.bias"},
+      {X + "audio_embed.encoder.encoders.1.self_attn.linear_v.weight", X + "audio_embed.encoder.encoders.1.self_attn.v_proj.weight"},
+      {X + "audio_embed.encoder.encoders.1.self_attn.linear_out.bias", X + "audio_embed.encoder.encoders.1.self_attn.o_proj.bias"},
+      // names that keep their name
+      {"model.embed_tokens.weight", "model.embed_tokens.weight"},
+      {"model.norm.weight", "model.norm.weight"},
+      {"lm_head.weight", "lm_head.weight"},
+      {X + "image_embed.img_processor.encoder.layers.0.mlp.fc1.weight", X + "image_embed.img_processor.encoder.layers.0.mlp.fc1.weight"},
+      {X + "audio_embed.encoder.encoder_embedding.global_mean", X + "audio_embed.encoder.encoder_embedding.global_mean"},
+      {X + "audio_embed.encoder.embed.conv.0.weight", X + "audio_embed.encoder.embed.conv.0.weight"},
+      {X + "audio_embed.encoder.encoders.0.conv.glu.b1", X + "audio_embed.encoder.encoders.0.conv.glu.b1"},
+      {X + "audio_embed.encoder.encoders.0.self_attn.relative_attention_bias_layer.bias_values.weight",
+       X + "audio_embed.encoder.encoders.0.self_attn.relative_attention_bias_layer.bias_values.weight"},
+  };
+  for (const auto& [from, to] : cases) {
+    EXPECT_EQ(CanonicalNameFromOriginal(from), to) << from;
+    EXPECT_EQ(CanonicalNameFromOriginal(to), to) << "not idempotent on " << to;
+  }
+}
+
+TEST(Checkpoint, CanonicalNameFromPeft) {
+  EXPECT_EQ(CanonicalNameFromPeft("base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight", "vision"),
+            "model.layers.0.self_attn.qkv_proj.lora_A.vision.weight");
+  EXPECT_EQ(CanonicalNameFromPeft("base_model.model.model.layers.3.mlp.down_proj.lora_B.weight", "speech"),
+            "model.layers.3.mlp.down_proj.lora_B.speech.weight");
+  EXPECT_EQ(CanonicalNameFromPeft("model.layers.1.mlp.gate_up_proj.lora_A.weight", "speech"),
+            "model.layers.1.mlp.gate_up_proj.lora_A.speech.weight");
+  EXPECT_EQ(CanonicalNameFromPeft("base_model.model.model.norm.weight", "vision"), "model.norm.weight");
+}
+
+// Both layouts of the tiny model expose the same canonical tensors with the same shapes.
+TEST(Checkpoint, BothLayoutsCanonicaliseToTheSameTensors) {
+  auto orig = Checkpoint::Open(test::FixturePath("tiny/orig"), CheckpointLayout::kOriginal);
+  auto native = Checkpoint::Open(test::FixturePath("tiny/native"), CheckpointLayout::kNative);
+  ASSERT_TRUE(orig.ok()) << orig.status().ToString();
+  ASSERT_TRUE(native.ok()) << native.status().ToString();
+  EXPECT_EQ(orig->num_files(), 3u);
+  std::set<std::string> only_orig, only_native;
+  for (const auto& [name, t] : orig->tensors()) {
+    const TensorView* n = native->Find(name);
+    if (n == nullptr) {
+      only_orig.insert(name);
+      continue;
+    }
+    EXPECT_EQ(t.shape, n->shape) << name;
+    EXPECT_EQ(t.dtype, n->dtype) << name;
+  }
+  for (const auto& [name, t] : native->tensors())
+    if (orig->Find(name) == nullptr) only_native.insert(name);
+  EXPECT_TRUE(only_orig.empty()) << "only in orig, e.g. " << *only_orig.begin();
+  EXPECT_TRUE(only_native.empty()) << "only in native, e.g. " << *only_native.begin();
+  EXPECT_NE(orig->Find("model.layers.0.self_attn.qkv_proj.weight"), nullptr);
+  EXPECT_NE(native->Find("model.layers.0.self_attn.qkv_proj.lora_A.vision.weight"), nullptr);
+  EXPECT_EQ(orig->SourceName("model.layers.0.self_attn.qkv_proj.weight"),
+            "model.layers.0.self_attn.qkv_proj.base_layer.weight");
+}
+
+TEST(Checkpoint, GetNamesTensorAndBothShapes) {
+  auto ck = Checkpoint::Open(test::FixturePath("tiny/orig"), CheckpointLayout::kOriginal);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  auto good = ck->Get("model.norm.weight", {48});
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  ExpectError(ck->Get("model.norm.weight", {64}).status(), StatusCode::kInvalidArgument,
+              {"model.norm.weight", kShard1, "[48]", "[64]"});
+  // The message uses the name as stored in the original file.
+  ExpectError(ck->Get("model.layers.0.self_attn.o_proj.weight", {48, 49}).status(), StatusCode::kInvalidArgument,
+              {"model.layers.0.self_attn.o_proj.base_layer.weight", "[48, 48]", "[48, 49]"});
+  ExpectError(ck->Get("model.layers.9.mlp.down_proj.weight", {48, 64}).status(), StatusCode::kNotFound,
+              {"model.layers.9.mlp.down_proj.weight"});
+}
+
+TEST(Checkpoint, ShardNameMustBePlain) {
+  const std::string dir = CopyFixture("orig", "ck_shardname");
+  EditJson(dir + "/model.safetensors.index.json",
+           [](json& j) { j["weight_map"]["model.norm.weight"] = "../elsewhere.safetensors"; });
+  ExpectError(Checkpoint::Open(dir, CheckpointLayout::kOriginal).status(), StatusCode::kInvalidArgument,
+              {"../elsewhere.safetensors", "plain file name"});
+}
+
+TEST(Checkpoint, IndexWithoutWeightMap) {
+  const std::string dir = CopyFixture("orig", "ck_noweightmap");
+  test::WriteFile(dir + "/model.safetensors.index.json", R"({"metadata": {}})");
+  ExpectError(Checkpoint::Open(dir, CheckpointLayout::kOriginal).status(), StatusCode::kInvalidArgument,
+              {"model.safetensors.index.json", "weight_map"});
+}
+
+TEST(Checkpoint, DuplicateTensorAcrossShards) {
+  const std::string dir = CopyFixture("orig", "ck_dup");
+  // Shard 2 gets an extra copy of model.norm.weight, which shard 1 already holds.
+  std::vector<RawTensor> ts = ReadTensors(dir + "/" + kShard2);
+  ts.push_back({"model.norm.weight", "BF16", {48}, std::string(96, '\0')});
+  test::WriteFile(dir + "/" + kShard2, BuildSafetensors(ts));
+  ExpectError(Checkpoint::Open(dir, CheckpointLayout::kOriginal).status(), StatusCode::kDataLoss,
+              {"model.norm.weight", kShard1, kShard2, "duplicate"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config: config.json parsing and validation.
+
+std::string TinyConfigText(const std::string& layout) { return test::ReadFile(test::FixturePath("tiny/" + layout + "/config.json")); }
+
+TEST(Config, ParsesBothTinyLayouts) {
+  for (const char* layout : {"orig", "native"}) {
+    auto c = ModelConfig::LoadFromDir(test::FixturePath(std::string("tiny/") + layout));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->layout, std::string(layout) == "orig" ? CheckpointLayout::kOriginal : CheckpointLayout::kNative);
+    EXPECT_EQ(c->text.hidden_size, 48);
+    EXPECT_EQ(c->text.num_attention_heads, 6);
+    EXPECT_EQ(c->text.num_key_value_heads, 2);
+    EXPECT_EQ(c->text.head_dim, 8);
+    EXPECT_EQ(c->text.rotary_dim(), 6);
+    EXPECT_EQ(c->text.max_position_embeddings, 512);
+    EXPECT_EQ(c->text.rope_short_factor.size(), 3u);
+    EXPECT_EQ(c->vision_lora.rank, 4);
+    EXPECT_EQ(c->speech_lora.rank, 6);
+    EXPECT_EQ(c->generation.eos_token_ids, (std::vector<int32_t>{200020, 199999}));
+  }
+}
+
+TEST(Config, UnknownModelTypeIsUnsupported) {
+  json j = json::parse(TinyConfigText("orig"));
+  j["model_type"] = "llama";
+  ExpectError(ModelConfig::ParseConfigJson(j.dump(), "'x/config.json'").status(), StatusCode::kUnsupported,
+              {"x/config.json", "'llama'", "phi4mm", "phi4_multimodal"});
+  j.erase("model_type");
+  ExpectError(ModelConfig::ParseConfigJson(j.dump(), "'x/config.json'").status(), StatusCode::kInvalidArgument,
+              {"x/config.json", "no 'model_type'"});
+}
+
+TEST(Config, MalformedJsonNamesTheFile) {
+  ExpectError(ModelConfig::ParseConfigJson("{\"model_type\": \"phi4mm\",", "'y/config.json'").status(),
+              StatusCode::kInvalidArgument, {"malformed JSON", "y/config.json"});
+  ExpectError(ModelConfig::ParseConfigJson("[1]", "'y/config.json'").status(), StatusCode::kInvalidArgument,
+              {"y/config.json", "not a JSON object"});
+}
+
+TEST(Config, WrongFieldTypesNameTheKey) {
+  json j = json::parse(TinyConfigText("native"));
+  j["hidden_size"] = "forty-eight";
+  ExpectError(ModelConfig::ParseConfigJson(j.dump(), "cfg").status(), StatusCode::kInvalidArgument,
+              {"'hidden_size'", "an integer", "forty-eight"});
+  j = json::parse(TinyConfigText("native"));
+  j["num_hidden_layers"] = 2.5;
+  ExpectError(ModelConfig::ParseConfigJson(j.dump(), "cfg").status(), StatusCode::kInvalidArgument,
+              {"'num_hidden_layers'", "2.5"});
+  j = json::parse(TinyConfigText("native"));
+  j["rope_scaling"]["short_factor"] = {1.0, "x", 2.0};
+  ExpectError(ModelConfig::ParseConfigJson(j.dump(), "cfg").status(), StatusCode::kInvalidArgument,
+              {"'short_factor'", "a list of numbers"});
+  j = json::parse(TinyConfigText("native"));
+  j["rope_scaling"]["type"] = "yarn";
+  ExpectError(ModelConfig::ParseConfigJson(j.dump(), "cfg").status(), StatusCode::kUnsupported, {"'yarn'"});
+  j = json::parse(TinyConfigText("native"));
+  j["eos_token_id"] = "end";
+  ExpectError(ModelConfig::ParseConfigJson(j.dump(), "cfg").status(), StatusCode::kInvalidArgument,
+              {"'eos_token_id'"});
+}
+
+TEST(Config, HugeIntegersAreRejectedNotMisread) {
+  for (const char* big : {"1e300", "-1e300", "9.3e18", "18446744073709551616"}) {
+    json j = json::parse(TinyConfigText("native"));
+    std::string text = j.dump();
+    const std::string from = "\"hidden_size\":48";
+    ASSERT_NE(text.find(from), std::string::npos);
+    text.replace(text.find(from), from.size(), std::string("\"hidden_size\":") + big);
+    auto c = ModelConfig::ParseConfigJson(text, "cfg");
+    if (c.ok()) {
+      ExpectError(c->Validate(), StatusCode::kInvalidArgument, {"hidden_size"});
+    } else {
+      ExpectError(c.status(), StatusCode::kInvalidArgument, {"'hidden_size'"});
+    }
+  }
+  json j = json::parse(TinyConfigText("native"));
+  j["head_dim"] = std::numeric_limits<int64_t>::max();
+  j["partial_rotary_factor"] = 1.0;
+  auto c = ModelConfig::ParseConfigJson(j.dump(), "cfg");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ExpectError(c->Validate(), StatusCode::kInvalidArgument, {"head_dim"});
+}
+
+ModelConfig ValidTiny() {
+  auto c = ModelConfig::LoadFromDir(test::FixturePath("tiny/native"));
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? *c : ModelConfig{};
+}
+
+TEST(Config, ValidateInconsistentValues) {
+  ModelConfig c = ValidTiny();
+  ASSERT_TRUE(c.Validate().ok()) << c.Validate().ToString();
+
+  c = ValidTiny();
+  c.text.num_key_value_heads = 4;
+  ExpectError(c.Validate(), StatusCode::kInvalidArgument, {"num_attention_heads (6)", "num_key_value_heads (4)"});
+
+  c = ValidTiny();
+  c.text.partial_rotary_factor = 0.625;  // 8 * 0.625 = 5, odd
+  ExpectError(c.Validate(), StatusCode::kInvalidArgument, {"= 5", "even"});
+
+  c = ValidTiny();
+  c.text.partial_rotary_factor = 1.5;
+  ExpectError(c.Validate(), StatusCode::kInvalidArgument, {"partial_rotary_factor", "(0, 1]"});
+
+  c = ValidTiny();
+  c.text.rope_long_factor = {1.0, 2.0};
+  ExpectError(c.Validate(), StatusCode::kInvalidArgument, {"short_factor/long_factor", "= 3 entries", "3 and 2"});
+
+  c = ValidTiny();
+  c.text.original_max_position_embeddings = 0;
+  ExpectError(c.Validate(), StatusCode::kInvalidArgument, {"original_max_position_embeddings"});
+
+  for (auto field : {&TextConfig::vocab_size, &TextConfig::hidden_size, &TextConfig::num_hidden_layers,
+                     &TextConfig::num_attention_heads, &TextConfig::num_key_value_heads, &TextConfig::head_dim,
+                     &TextConfig::max_position_embeddings, &TextConfig::intermediate_size}) {
+    c = ValidTiny();
+    c.text.*field = -3;
+    ExpectError(c.Validate(), StatusCode::kInvalidArgument, {"must be positive, got -3"});
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// LoadErrors: whole folders, damaged copies of the tiny fixtures, loaded as the CLI loads them.
+
+TEST(LoadErrors, FixturesLoad) {
+  for (const char* layout : {"orig", "native"}) {
+    auto m = Model::Load(test::FixturePath(std::string("tiny/") + layout), LoadOptions{1});
+    ASSERT_TRUE(m.ok()) << layout << ": " << m.status().ToString();
+    EXPECT_EQ((*m)->context_length(), 512);
+  }
+}
+
+TEST(LoadErrors, MissingFolder) {
+  const std::string dir = test::TempDir("missing_folder") + "/no/such/model";
+  auto m = Model::Load(dir);
+  ExpectError(m.status(), StatusCode::kNotFound, {dir, "does not exist"});
+}
+
+TEST(LoadErrors, MissingConfigJson) {
+  const std::string dir = CopyFixture("orig", "missing_config");
+  fs::remove(dir + "/config.json");
+  ExpectError(Model::Load(dir).status(), StatusCode::kNotFound, {dir, "config.json"});
+}
+
+TEST(LoadErrors, MissingShardListedInIndex) {
+  const std::string dir = CopyFixture("orig", "missing_shard");
+  fs::remove(dir + "/" + kShard2);
+  ExpectError(Model::Load(dir).status(), StatusCode::kNotFound, {kShard2, "model.safetensors.index.json", "missing"});
+}
+
+TEST(LoadErrors, MissingModelSafetensors) {
+  const std::string dir = CopyFixture("native", "missing_single");
+  fs::remove(dir + "/model.safetensors");
+  ExpectError(Model::Load(dir).status(), StatusCode::kNotFound, {dir, "model.safetensors"});
+}
+
+TEST(LoadErrors, MissingTokenizerJson) {
+  const std::string dir = CopyFixture("native", "missing_tokenizer");
+  fs::remove(dir + "/tokenizer.json");
+  ExpectError(Model::Load(dir).status(), StatusCode::kNotFound, {"tokenizer.json"});
+}
+
+TEST(LoadErrors, ShardTruncatedInData) {
+  const std::string dir = CopyFixture("orig", "trunc_data");
+  const std::string shard = dir + "/" + kShard2;
+  Truncate(shard, fs::file_size(shard) / 2);
+  ExpectError(Model::Load(dir).status(), StatusCode::kDataLoss, {kShard2, "tensor '", "truncated"});
+}
+
+TEST(LoadErrors, ShardTruncatedInHeader) {
+  const std::string dir = CopyFixture("orig", "trunc_header");
+  Truncate(dir + "/" + kShard2, 100);
+  ExpectError(Model::Load(dir).status(), StatusCode::kDataLoss, {kShard2, "only 92 bytes follow", "truncated"});
+}
+
+TEST(LoadErrors, ShardShorterThanHeaderLength) {
+  const std::string dir = CopyFixture("orig", "trunc_tiny");
+  Truncate(dir + "/" + kShard2, 5);
+  ExpectError(Model::Load(dir).status(), StatusCode::kDataLoss, {kShard2, "5 bytes long", "truncated"});
+}
+
+TEST(LoadErrors, ShardEmpty) {
+  const std::string dir = CopyFixture("native", "trunc_zero");
+  Truncate(dir + "/model.safetensors", 0);
+  ExpectError(Model::Load(dir).status(), StatusCode::kDataLoss, {"model.safetensors", "0 bytes long"});
+}
+
+TEST(LoadErrors, ShardWithGarbageHeader) {
+  const std::string dir = CopyFixture("orig", "garbage_header");
+  std::string bytes = test::ReadFile(dir + "/" + kShard2);
+  for (size_t i = 8; i < 40; ++i) bytes[i] = '#';
+  test::WriteFile(dir + "/" + kShard2, bytes);
+  ExpectError(Model::Load(dir).status(), StatusCode::kDataLoss, {kShard2, "malformed JSON header"});
+}
+
+TEST(LoadErrors, ShardHeaderLengthLargerThanFile) {
+  const std::string dir = CopyFixture("orig", "huge_header_len");
+  std::string bytes = test::ReadFile(dir + "/" + kShard2);
+  bytes[3] = '\x10';  // header length += 256 MiB... capped at 100 MB
+  test::WriteFile(dir + "/" + kShard2, bytes);
+  ExpectError(Model::Load(dir).status(), StatusCode::kDataLoss, {kShard2, "limit 100 MB"});
+  bytes[3] = '\0';
+  bytes[2] = '\x10';  // ~1 MiB, under the limit but past the end of the file
+  test::WriteFile(dir + "/" + kShard2, bytes);
+  ExpectError(Model::Load(dir).status(), StatusCode::kDataLoss, {kShard2, "bytes follow (truncated?)"});
+}
+
+TEST(LoadErrors, ShardHeaderOffsetsOutOfRange) {
+  const std::string dir = CopyFixture("orig", "offsets");
+  std::string data;
+  json header = LayoutHeader(ReadTensors(dir + "/" + kShard1), &data);
+  // model.norm.weight claims 1e9 more bytes than the data section holds (shape to match).
+  json& norm = header["model.norm.weight"];
+  norm["data_offsets"][1] = norm["data_offsets"][1].get<uint64_t>() + 1000000000;
+  norm["shape"] = json::array({500000048});
+  test::WriteFile(dir + "/" + kShard1, Frame(header.dump(), data));
+  ExpectError(Model::Load(dir).status(), StatusCode::kDataLoss, {kShard1, "model.norm.weight", "outside"});
+}
+
+TEST(LoadErrors, ShardUnknownDtype) {
+  const std::string dir = CopyFixture("orig", "dtype");
+  std::vector<RawTensor> ts = ReadTensors(dir + "/" + kShard1);
+  for (RawTensor& t : ts)
+    if (t.name == "model.norm.weight") t.dtype = "Q4_K";
+  test::WriteFile(dir + "/" + kShard1, BuildSafetensors(ts));
+  ExpectError(Model::Load(dir).status(), StatusCode::kUnsupported, {kShard1, "model.norm.weight", "'Q4_K'"});
+}
+
+TEST(LoadErrors, TensorWithWrongShape) {
+  const std::string dir = CopyFixture("orig", "wrong_shape");
+  std::vector<RawTensor> ts = ReadTensors(dir + "/" + kShard1);
+  bool found = false;
+  for (RawTensor& t : ts)
+    if (t.name == "model.norm.weight") {
+      t.shape = {2, 24};  // same bytes, wrong shape
+      found = true;
+    }
+  ASSERT_TRUE(found);
+  test::WriteFile(dir + "/" + kShard1, BuildSafetensors(ts));
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument, {"model.norm.weight", "[2, 24]", "[48]"});
+}
+
+TEST(LoadErrors, LoraTensorWithWrongShapeInPeftFolder) {
+  const std::string dir = CopyFixture("native", "wrong_lora_shape");
+  const std::string path = dir + "/vision-lora/adapter_model.safetensors";
+  std::vector<RawTensor> ts = ReadTensors(path);
+  const std::string target = "model.layers.1.self_attn.o_proj.lora_A.weight";
+  bool found = false;
+  for (RawTensor& t : ts)
+    if (t.name == target) {
+      t.shape = {t.shape[1], t.shape[0]};
+      found = true;
+    }
+  ASSERT_TRUE(found);
+  test::WriteFile(path, BuildSafetensors(ts));
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument,
+              {target, "vision-lora/adapter_model.safetensors", "[48, 4]", "[4, 48]"});
+}
+
+TEST(LoadErrors, MissingTensor) {
+  const std::string dir = CopyFixture("orig", "missing_tensor");
+  std::vector<RawTensor> ts = ReadTensors(dir + "/" + kShard1);
+  std::erase_if(ts, [](const RawTensor& t) { return t.name == "model.norm.weight"; });
+  test::WriteFile(dir + "/" + kShard1, BuildSafetensors(ts));
+  // Still listed in the index: the index and the shard disagree.
+  ExpectError(Model::Load(dir).status(), StatusCode::kDataLoss,
+              {"model.safetensors.index.json", "model.norm.weight", kShard1});
+  // Gone from the index too: the model itself notices.
+  EditJson(dir + "/model.safetensors.index.json", [](json& j) { j["weight_map"].erase("model.norm.weight"); });
+  ExpectError(Model::Load(dir).status(), StatusCode::kNotFound, {"model.norm.weight", dir});
+}
+
+TEST(LoadErrors, UnknownModelType) {
+  const std::string dir = CopyFixture("orig", "llama");
+  EditJson(dir + "/config.json", [](json& j) { j["model_type"] = "llama"; });
+  ExpectError(Model::Load(dir).status(), StatusCode::kUnsupported, {"config.json", "'llama'"});
+}
+
+TEST(LoadErrors, MalformedConfigJson) {
+  const std::string dir = CopyFixture("orig", "bad_config");
+  test::WriteFile(dir + "/config.json", "{\"model_type\": \"phi4mm\", \"hidden_size\": 48,,}");
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument, {dir + "/config.json", "malformed JSON"});
+}
+
+TEST(LoadErrors, MalformedGenerationConfig) {
+  const std::string dir = CopyFixture("orig", "bad_gen");
+  test::WriteFile(dir + "/generation_config.json", "{\"eos_token_id\": [200020, ");
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument,
+              {dir + "/generation_config.json", "malformed JSON"});
+  test::WriteFile(dir + "/generation_config.json", "{\"eos_token_id\": \"end\"}");
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument, {"generation_config.json", "'eos_token_id'"});
+}
+
+TEST(LoadErrors, MalformedIndexJson) {
+  const std::string dir = CopyFixture("orig", "bad_index");
+  test::WriteFile(dir + "/model.safetensors.index.json", "{\"weight_map\": {\"model.norm.weight\": ");
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument,
+              {dir + "/model.safetensors.index.json", "malformed JSON"});
+}
+
+TEST(LoadErrors, MalformedTokenizerJson) {
+  const std::string dir = CopyFixture("orig", "bad_tokenizer");
+  const std::string full = test::ReadFile(dir + "/tokenizer.json");
+  test::WriteFile(dir + "/tokenizer.json", full.substr(0, full.size() / 3));
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument, {dir + "/tokenizer.json", "not valid JSON"});
+}
+
+TEST(LoadErrors, MalformedAdapterConfig) {
+  const std::string dir = CopyFixture("native", "bad_adapter");
+  test::WriteFile(dir + "/speech-lora/adapter_config.json", "{\"r\": 6, \"lora_alpha\": }");
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument, {"speech-lora/adapter_config.json", "malformed JSON"});
+  test::WriteFile(dir + "/speech-lora/adapter_config.json", "{\"r\": 0, \"lora_alpha\": 3}");
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument, {"speech-lora/adapter_config.json", "'r'"});
+}
+
+TEST(LoadErrors, InconsistentConfigValues) {
+  const std::string dir = CopyFixture("orig", "inconsistent");
+  const std::string cfg = dir + "/config.json";
+  const std::string original = test::ReadFile(cfg);
+  EditJson(cfg, [](json& j) { j["num_key_value_heads"] = 4; });
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument, {cfg, "num_key_value_heads (4)"});
+
+  test::WriteFile(cfg, original);
+  EditJson(cfg, [](json& j) { j["partial_rotary_factor"] = 0.625; });
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument, {cfg, "= 5", "even"});
+
+  test::WriteFile(cfg, original);
+  EditJson(cfg, [](json& j) { j["rope_scaling"]["long_factor"] = {1.0, 2.0, 3.0, 4.0}; });
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument, {cfg, "long_factor", "3 and 4"});
+
+  test::WriteFile(cfg, original);
+  EditJson(cfg, [](json& j) { j["num_hidden_layers"] = 0; });
+  ExpectError(Model::Load(dir).status(), StatusCode::kInvalidArgument, {cfg, "'num_hidden_layers' must be positive"});
+
+  test::WriteFile(cfg, original);
+  ASSERT_TRUE(Model::Load(dir).ok());
+}
+
+}  // namespace
+}  // namespace phi4mm
