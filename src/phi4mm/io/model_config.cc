@@ -31,6 +31,9 @@ Result<json> ReadJsonFile(const std::string& path) {
   return ParseJson(text, "'" + path + "'");
 }
 
+// True when `d` converts to int64_t without overflow (2^63 itself does not).
+bool InInt64Range(double d) { return d >= -9223372036854775808.0 && d < 9223372036854775808.0; }
+
 // Typed field readers: absent keys keep the default; present keys of the wrong type are errors.
 class Reader {
  public:
@@ -42,7 +45,8 @@ class Reader {
     if (!has(key)) return;
     const auto& v = j_[key];
     if (v.is_number_integer()) *out = v.get<int64_t>();
-    else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()) *out = static_cast<int64_t>(v.get<double>());
+    else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && InInt64Range(v.get<double>()))
+      *out = static_cast<int64_t>(v.get<double>());
     else Fail(key, "an integer", v);
   }
   void Double(const char* key, double* out) {
@@ -349,6 +353,8 @@ Status ModelConfig::Validate() const {
                            ") must be a multiple of num_key_value_heads (" + std::to_string(t.num_key_value_heads) + ")");
   if (t.partial_rotary_factor <= 0 || t.partial_rotary_factor > 1)
     return InvalidArgument("partial_rotary_factor must be in (0, 1], got " + std::to_string(t.partial_rotary_factor));
+  if (!InInt64Range(static_cast<double>(t.head_dim) * t.partial_rotary_factor))
+    return InvalidArgument("head_dim (" + std::to_string(t.head_dim) + ") is too large");
   const int64_t rd = t.rotary_dim();
   if (rd <= 0 || rd % 2 != 0)
     return InvalidArgument("head_dim * partial_rotary_factor = " + std::to_string(rd) + " must be a positive even number");
