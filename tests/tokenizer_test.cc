@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "phi4mm/base/file_map.h"
+#include "phi4mm/tokenizer/regex_splitter.h"
 #include "phi4mm/tokenizer/tokenizer.h"
 
 namespace phi4mm {
@@ -256,6 +257,29 @@ TEST(TokenizerTest, ConcurrentEncodeIsConsistent) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+std::vector<std::string> SplitWithFixturePattern(const std::string& text) {
+  std::ifstream in(kDir + "/tokenizer.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const json j = json::parse(ss.str());
+  auto splitter = RegexSplitter::Create(j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"], true);
+  EXPECT_TRUE(splitter.ok()) << splitter.status().ToString();
+  std::vector<std::string_view> pieces;
+  EXPECT_TRUE((*splitter)->Split(text, &pieces).ok());
+  return {pieces.begin(), pieces.end()};
+}
+
+TEST(TokenizerTest, RegexWhitespaceIsUnicodeWhiteSpace) {
+  // U+180E is not White_Space (Unicode >= 6.3, Rust/Python regex), but PCRE2's \s matches it.
+  EXPECT_EQ(SplitWithFixturePattern("a\u180e  b"), (std::vector<std::string>{"a", "\u180e", " ", " b"}));
+  EXPECT_EQ(SplitWithFixturePattern("Hello world  \n\n x's 1234"),
+            (std::vector<std::string>{"Hello", " world", "  \n\n", " x's", " ", "123", "4"}));
+  const std::string ws =
+      "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+  EXPECT_EQ(RewriteWhitespaceClasses("a\\s[\\s\\S]\\S[]\\s]\\\\s"),
+            "a[" + ws + "][" + ws + "\\S][^" + ws + "][]" + ws + "]\\\\s");
 }
 
 // ---- malformed tokenizer.json ----
