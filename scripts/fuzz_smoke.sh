@@ -10,14 +10,15 @@ build="$root/build-fuzz"
 
 CC="${CC:-clang}" CXX="${CXX:-clang++}" cmake -S "$root" -B "$build" -G Ninja -DPHI4MM_FUZZ=ON \
   -DPHI4MM_SANITIZE=address,undefined -DPHI4MM_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-ninja -C "$build"
+targets=()
+for src in "$root"/fuzz/*_fuzz.cc; do targets+=("$(basename "$src" .cc)"); done
+ninja -C "$build" "${targets[@]}"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$build/artifacts"
 failed=()
-for src in "$root"/fuzz/*_fuzz.cc; do
-  target="$(basename "$src" .cc)"
+for target in "${targets[@]}"; do
   exe="$build/fuzz/$target"
   corpus="$work/${target%_fuzz}"
   mkdir -p "$corpus"
