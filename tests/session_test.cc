@@ -228,3 +228,58 @@ TEST(Session, InvalidSamplingOptionsAreRejected) {
 
 }  // namespace
 }  // namespace phi4mm
+
+namespace phi4mm {
+namespace {
+
+TEST(SessionMedia, FeaturesAreSplicedAtPlaceholdersAndKeptForRecomputes) {
+  auto model = Tiny();
+  const int64_t H = model->config().text.hidden_size;
+  const std::vector<int32_t> ids = {200021, 200010, 200010, 200011, 13, 200010, 200020, 200019};
+  MediaFeatures media;
+  for (int i = 0; i < 3 * H; ++i) media.image.push_back(0.01f * static_cast<float>(i % 17) - 0.05f);
+  for (int i = 0; i < H; ++i) media.audio.push_back(0.3f - 0.02f * static_cast<float>(i % 5));
+  Session s(model);
+  test::MemoryTap tap;
+  s.SetTap(&tap);
+  ASSERT_TRUE(s.Append(ids, LoraMode::kVision, &media).ok());
+  auto check_embeds = [&](const std::vector<float>& e) {
+    const int rows[] = {1, 2, 5};
+    for (int k = 0; k < 3; ++k)
+      for (int64_t j = 0; j < H; ++j) ASSERT_EQ(e[rows[k] * H + j], media.image[k * H + j]);
+    for (int64_t j = 0; j < H; ++j) ASSERT_EQ(e[3 * H + j], media.audio[j]);
+  };
+  check_embeds(tap.tensors["prefill.embeds"].data);
+  const std::vector<float> vision_logits = s.logits();
+  // A later request in another mode recomputes the whole sequence, media rows included.
+  tap.tensors.clear();
+  const std::vector<int32_t> more = {1000, 1001};
+  ASSERT_TRUE(s.Append(more, LoraMode::kSpeech).ok());
+  ASSERT_EQ(tap.tensors["prefill.embeds"].shape[0], 10);
+  check_embeds(tap.tensors["prefill.embeds"].data);
+  // The embedding model alone gives the same rows.
+  std::vector<float> direct(ids.size() * H);
+  ASSERT_TRUE(model->embedding().EmbedWithMedia(ids, media.image, media.audio, direct.data()).ok());
+  check_embeds(direct);
+}
+
+TEST(SessionMedia, PlaceholderAndFeatureCountsMustMatch) {
+  auto model = Tiny();
+  const int64_t H = model->config().text.hidden_size;
+  const std::vector<int32_t> ids = {200021, 200010, 200010, 13};
+  MediaFeatures one;
+  one.image.assign(H, 0.1f);
+  Session s(model);
+  Status st = s.Append(ids, LoraMode::kVision, &one);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("2 image"), std::string::npos) << st.message();
+  EXPECT_TRUE(s.tokens().empty());
+  st = s.Append(ids, LoraMode::kVision, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  std::vector<float> out(ids.size() * H);
+  st = model->embedding().EmbedWithMedia(ids, one.image, {}, out.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace phi4mm

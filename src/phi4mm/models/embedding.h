@@ -9,6 +9,7 @@
 
 #include "phi4mm/io/checkpoint.h"
 #include "phi4mm/kernels/weight_matrix.h"
+#include "phi4mm/tokenizer/chat_format.h"
 
 namespace phi4mm {
 
@@ -20,6 +21,15 @@ class TokenEmbedding {
   int64_t hidden_size() const { return table_.cols(); }
   // out[ids.size(), hidden] = rows of the table; ids outside the vocabulary are an error.
   Status Embed(std::span<const int32_t> ids, float* out) const;
+  // The `embedding` model of the split (reference: Phi4MMImageAudioEmbedding.forward): like Embed,
+  // but the k-th occurrence of kImageTokenId takes row k of image_features [n, hidden] and
+  // the k-th kAudioTokenId row k of audio_features. The numbers of placeholders and of
+  // feature rows must match exactly.
+  Status EmbedWithMedia(std::span<const int32_t> ids, std::span<const float> image_features,
+                        std::span<const float> audio_features, float* out) const;
+  // The splice itself: position i takes `overrides[i]` (hidden floats) when it is not null, else
+  // the table row of ids[i].
+  Status EmbedRows(std::span<const int32_t> ids, std::span<const float* const> overrides, float* out) const;
 
  private:
   WeightMatrix table_;

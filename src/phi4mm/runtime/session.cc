@@ -48,13 +48,18 @@ Session::Session(std::shared_ptr<const Model> model)
 
 void Session::Reset() {
   tokens_.clear();
+  media_rows_.clear();
+  media_row_.clear();
   cache_.Clear();
   logits_.clear();
   mode_ = LoraMode::kNone;
 }
 
 void Session::Truncate(size_t n) {
-  if (n < tokens_.size()) tokens_.resize(n);
+  if (n < tokens_.size()) {
+    tokens_.resize(n);
+    media_row_.resize(n);
+  }
   cache_.Truncate(static_cast<int64_t>(n));
   logits_.clear();
 }
@@ -70,7 +75,13 @@ Status Session::Sync(LoraMode mode, const std::string& tap_prefix) {
   if (S <= 0) return Status::Ok();
   const int64_t H = dec.config().hidden_size;
   std::vector<float> embeds(static_cast<size_t>(S * H)), hidden(static_cast<size_t>(H));
-  PHI4MM_RETURN_IF_ERROR(model_->embedding().Embed(std::span(tokens_).subspan(start), embeds.data()));
+  // Placeholder positions of a prompt take their media rows; everything else (including a
+  // placeholder id the model itself generated) takes its token embedding, as in the reference.
+  std::vector<const float*> overrides(static_cast<size_t>(S), nullptr);
+  for (int64_t p = start; p < total; ++p)
+    if (media_row_[p] >= 0) overrides[p - start] = media_rows_.data() + media_row_[p] * H;
+  PHI4MM_RETURN_IF_ERROR(
+      model_->embedding().EmbedRows(std::span(tokens_).subspan(start), overrides, embeds.data()));
   PHI4MM_RETURN_IF_ERROR(
       dec.Forward(embeds.data(), S, mode, long_rope, &cache_, model_->pool(), tap_, tap_prefix, hidden.data()));
   logits_.resize(static_cast<size_t>(dec.lm_head().rows()));
@@ -79,7 +90,7 @@ Status Session::Sync(LoraMode mode, const std::string& tap_prefix) {
   return Status::Ok();
 }
 
-Status Session::Append(std::span<const int32_t> ids, LoraMode mode) {
+Status Session::Append(std::span<const int32_t> ids, LoraMode mode, const MediaFeatures* media) {
   const int64_t ctx = model_->context_length();
   const int64_t total = static_cast<int64_t>(tokens_.size() + ids.size());
   if (total > ctx)
@@ -91,20 +102,52 @@ Status Session::Append(std::span<const int32_t> ids, LoraMode mode) {
     if (id < 0 || id >= vocab)
       return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                              std::to_string(vocab) + ")");
+  const int64_t H = model_->config().text.hidden_size;
+  size_t n_img = 0, n_aud = 0;
+  for (int32_t id : ids) {
+    n_img += id == kImageTokenId;
+    n_aud += id == kAudioTokenId;
+  }
+  const size_t have_img = media ? media->image.size() / H : 0, have_aud = media ? media->audio.size() / H : 0;
+  if (media && (media->image.size() % H != 0 || media->audio.size() % H != 0))
+    return InvalidArgument("media features must have " + std::to_string(H) + " values per row");
+  if (n_img != have_img || n_aud != have_aud)
+    return InvalidArgument("the prompt has " + std::to_string(n_img) + " image and " + std::to_string(n_aud) +
+                           " audio placeholder tokens but features for " + std::to_string(have_img) + " and " +
+                           std::to_string(have_aud) + " were given");
   const size_t before = tokens_.size();
+  const size_t rows_before = media_rows_.size();
   tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+  size_t ki = 0, ka = 0;
+  for (int32_t id : ids) {
+    const std::vector<float>* src = nullptr;
+    size_t row = 0;
+    if (id == kImageTokenId) src = &media->image, row = ki++;
+    else if (id == kAudioTokenId) src = &media->audio, row = ka++;
+    if (src == nullptr) {
+      media_row_.push_back(-1);
+      continue;
+    }
+    media_row_.push_back(static_cast<int64_t>(media_rows_.size() / H));
+    media_rows_.insert(media_rows_.end(), src->begin() + row * H, src->begin() + (row + 1) * H);
+  }
   Status st = Sync(mode, "prefill.");
+  if (!st.ok()) {
+    Truncate(before);
+    media_rows_.resize(rows_before);
+  }
   if (!st.ok()) Truncate(before);
   return st;
 }
 
 Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, LoraMode mode,
-                                         const GenerateOptions& opts, const StreamCallback& on_text) {
+                                         const GenerateOptions& opts, const StreamCallback& on_text,
+                                         const MediaFeatures* media) {
   PHI4MM_RETURN_IF_ERROR(opts.Validate());
   GenerateResult res;
   const int64_t cached_before = cache_.length();
   auto t0 = std::chrono::steady_clock::now();
-  PHI4MM_RETURN_IF_ERROR(Append(prompt_ids, mode));
+  PHI4MM_RETURN_IF_ERROR(Append(prompt_ids, mode, media));
   auto t1 = std::chrono::steady_clock::now();
   res.prefill_seconds = Seconds(t0, t1);
   res.prompt_tokens = static_cast<int64_t>(tokens_.size()) - std::min<int64_t>(cached_before, tokens_.size());
@@ -132,6 +175,7 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
     }
     const int32_t id = sampler.Next(std::span(logits_), tokens_);
     tokens_.push_back(id);
+    media_row_.push_back(-1);
     res.tokens.push_back(id);
     if (std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end()) {
       res.finish = FinishReason::kEos;

@@ -41,6 +41,14 @@ struct GenerateResult {
   int64_t decode_steps = 0;
 };
 
+// Image and audio features for the placeholder tokens of a prompt: row k of `image` [n, hidden]
+// replaces the k-th image placeholder (200010) of the prompt, row k of `audio` the k-th audio
+// placeholder (200011). Produced by the vision and speech parts.
+struct MediaFeatures {
+  std::vector<float> image;
+  std::vector<float> audio;
+};
+
 // Receives answer text as it becomes final; return false to stop generating.
 using StreamCallback = std::function<bool(std::string_view text)>;
 
@@ -51,10 +59,11 @@ class Session {
   // Appends `ids` to the sequence and runs every not-yet-processed position in `mode`; afterwards
   // logits() predicts the next token. Fails without changing the session when the sequence would
   // not fit the context or an id is outside the vocabulary.
-  Status Append(std::span<const int32_t> ids, LoraMode mode);
-  // Appends the prompt ids, then generates.
+  // Placeholder ids in `ids` take their rows from `media` (required when there are any).
+  Status Append(std::span<const int32_t> ids, LoraMode mode, const MediaFeatures* media = nullptr);
+  // Appends the prompt ids (and their media features), then generates.
   Result<GenerateResult> Generate(std::span<const int32_t> prompt_ids, LoraMode mode, const GenerateOptions& opts,
-                                  const StreamCallback& on_text = {});
+                                  const StreamCallback& on_text = {}, const MediaFeatures* media = nullptr);
 
   const std::vector<float>& logits() const { return logits_; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
@@ -75,6 +84,10 @@ class Session {
   KvCache cache_;
   LoraMode mode_ = LoraMode::kNone;
   std::vector<int32_t> tokens_;
+  // Media rows of the sequence, kept so that a recompute (LoRA mode or rotary switch) can rebuild
+  // the input embeddings: media_row_[p] indexes media_rows_ (hidden floats per row) or is -1.
+  std::vector<float> media_rows_;
+  std::vector<int64_t> media_row_;
   std::vector<float> logits_;
   TensorTap* tap_ = nullptr;
 };
