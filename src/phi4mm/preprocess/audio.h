@@ -1,0 +1,23 @@
+// Decoded audio: mono float samples in [-1, 1] at the file's sample rate, from WAV (8/16/24/32-bit
+// PCM and float), FLAC, OGG/Vorbis and MP3 where libsndfile reads them. Channels are averaged to
+// mono as the reference does. Nothing is truncated.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "phi4mm/base/status.h"
+
+namespace phi4mm {
+
+struct AudioClip {
+  int64_t sample_rate = 0;
+  std::vector<float> samples;  // mono
+};
+
+Result<AudioClip> DecodeAudioFile(const std::string& path);
+Result<AudioClip> DecodeAudioBytes(std::span<const uint8_t> bytes, const std::string& label);
+
+}  // namespace phi4mm

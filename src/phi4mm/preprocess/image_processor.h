@@ -1,0 +1,33 @@
+// The Phi-4-multimodal image processor (reference: Phi4MMImageProcessor / the transformers
+// Phi4MultimodalImageProcessorFast of 4.5x, reference-spec §2): dynamic-HD crop-grid selection,
+// Pillow-bilinear resize, white right/bottom padding, normalisation to [-1, 1], the bicubic global
+// view, the per-crop patch attention mask, image_sizes, and the number of placeholder tokens.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "phi4mm/base/status.h"
+#include "phi4mm/preprocess/image.h"
+
+namespace phi4mm {
+
+struct ImageProcessorOptions {
+  int64_t dynamic_hd = 36;   // maximum number of HD crops (preprocessor_config.json)
+  int64_t crop_size = 448;   // dyhd_base_resolution
+  int64_t patch_size = 14;
+};
+
+struct ProcessedImage {
+  int64_t num_crops = 0;              // 1 global view + HD crops
+  int64_t crop_size = 0;
+  int64_t patches_per_side = 0;       // crop_size / patch_size
+  std::vector<float> pixel_values;    // [num_crops, 3, crop_size, crop_size], global view first
+  std::vector<uint8_t> attention_mask;  // [num_crops, patches_per_side, patches_per_side]
+  int64_t hd_height = 0, hd_width = 0;  // image_sizes: the padded HD canvas
+  int64_t num_tokens = 0;             // placeholder tokens this image takes in the prompt
+};
+
+Result<ProcessedImage> ProcessImage(const Image& image, const ImageProcessorOptions& opts);
+
+}  // namespace phi4mm
