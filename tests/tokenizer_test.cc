@@ -223,6 +223,19 @@ TEST(TokenizerTest, InvalidUtf8IsInvalidArgumentWithOffset) {
   }
 }
 
+// Optimised builds must encode 100 KB well under a second; debug/sanitizer builds only must finish.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define PHI4MM_TOKENIZER_TEST_SANITIZED 1
+#endif
+#endif
+#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(PHI4MM_TOKENIZER_TEST_SANITIZED)
+constexpr double kTimeLimitS = 1.0;
+#else
+constexpr double kTimeLimitS = 60.0;
+#endif
+
 TEST(TokenizerTest, LongInputsAreFast) {
   std::string text;
   const auto corpus = LoadCorpus();
@@ -232,7 +245,7 @@ TEST(TokenizerTest, LongInputsAreFast) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(Tok().Decode(*ids), text);
-  EXPECT_LT(s, 2.0) << "encoding " << text.size() << " bytes took " << s << " s";
+  EXPECT_LT(s, kTimeLimitS) << "encoding " << text.size() << " bytes took " << s << " s";
   // A single huge pre-tokenized piece must not be quadratic.
   const std::string spaces(200000, ' ');
   const auto t1 = std::chrono::steady_clock::now();
@@ -240,7 +253,7 @@ TEST(TokenizerTest, LongInputsAreFast) {
   const double s1 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   ASSERT_TRUE(sp.ok());
   EXPECT_EQ(Tok().Decode(*sp), spaces + "x" + std::string(100000, '='));
-  EXPECT_LT(s1, 2.0);
+  EXPECT_LT(s1, kTimeLimitS);
 }
 
 TEST(TokenizerTest, ConcurrentEncodeIsConsistent) {
@@ -259,12 +272,14 @@ TEST(TokenizerTest, ConcurrentEncodeIsConsistent) {
   EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
-std::vector<std::string> SplitWithFixturePattern(const std::string& text) {
-  std::ifstream in(kDir + "/tokenizer.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const json j = json::parse(ss.str());
-  auto splitter = RegexSplitter::Create(j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"], true);
+// tiktoken o200k_base pat_str, as in docs/tokenizer.md §2.1 and the fixture's Split pre-tokenizer.
+const char* const kO200kPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+std::vector<std::string> SplitO200k(const std::string& text) {
+  auto splitter = RegexSplitter::Create(kO200kPattern, true);
   EXPECT_TRUE(splitter.ok()) << splitter.status().ToString();
   std::vector<std::string_view> pieces;
   EXPECT_TRUE((*splitter)->Split(text, &pieces).ok());
@@ -273,8 +288,8 @@ std::vector<std::string> SplitWithFixturePattern(const std::string& text) {
 
 TEST(TokenizerTest, RegexWhitespaceIsUnicodeWhiteSpace) {
   // U+180E is not White_Space (Unicode >= 6.3, Rust/Python regex), but PCRE2's \s matches it.
-  EXPECT_EQ(SplitWithFixturePattern("a\u180e  b"), (std::vector<std::string>{"a", "\u180e", " ", " b"}));
-  EXPECT_EQ(SplitWithFixturePattern("Hello world  \n\n x's 1234"),
+  EXPECT_EQ(SplitO200k("a\u180e  b"), (std::vector<std::string>{"a", "\u180e", " ", " b"}));
+  EXPECT_EQ(SplitO200k("Hello world  \n\n x's 1234"),
             (std::vector<std::string>{"Hello", " world", "  \n\n", " x's", " ", "123", "4"}));
   const std::string ws =
       "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
