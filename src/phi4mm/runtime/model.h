@@ -45,6 +45,8 @@ class Model {
   const TokenEmbedding& embedding() const { return *embedding_; }
   const Decoder& decoder() const { return *decoder_; }
   ThreadPool* pool() const { return pool_.get(); }
+  // The opened checkpoint (canonical tensor names), for loading further parts.
+  const Checkpoint& checkpoint() const { return *checkpoint_; }
   int64_t context_length() const { return config_.text.max_position_embeddings; }
   ModelInfo Info() const;
 
