@@ -101,7 +101,7 @@ class Tokenizer {
 // Turns generated ids into text incrementally. Push returns the text that became complete; bytes of
 // a character split across tokens are held back until the character is whole. Flush returns what is
 // left, with a dangling incomplete sequence replaced by U+FFFD. The concatenation of all Push results
-// and Flush equals Decode of all ids.
+// and Flush equals Decode of all ids. The tokenizer must outlive the decoder.
 class TokenStreamDecoder {
  public:
   explicit TokenStreamDecoder(const Tokenizer& tokenizer, bool skip_special = true);

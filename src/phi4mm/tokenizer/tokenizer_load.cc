@@ -141,6 +141,7 @@ class TokenizerLoader {
     const json& vocab = model["vocab"];
     if (vocab.empty()) return InvalidArgument(name + ": model.vocab is empty");
     std::string bytes;
+    tok->bytes_to_id_.reserve(vocab.size());
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
       if (!it.value().is_number_integer()) {
         return InvalidArgument(name + ": vocab entry " + Quote(it.key()) + " has a non-integer id");
