@@ -171,6 +171,25 @@ TEST(TokenizerTest, DecodeSkipSpecialKeepsToolTokens) {
   EXPECT_EQ(Tok().Decode(padding), "hello world");
 }
 
+TEST(TokenizerTest, DecodeCasesMatchHfTokenizers) {
+  std::ifstream in(kDir + "/decode_cases.jsonl");
+  std::string line;
+  size_t n = 0;
+  while (std::getline(in, line)) {
+    const json j = json::parse(line);
+    const auto ids = j["ids"].get<std::vector<int32_t>>();
+    ASSERT_EQ(Tok().Decode(ids, false), j["text"].get<std::string>()) << j["ids"].dump();
+    ASSERT_EQ(Tok().Decode(ids, true), j["text_skip_special"].get<std::string>()) << j["ids"].dump();
+    TokenStreamDecoder stream(Tok(), /*skip_special=*/true);
+    std::string streamed;
+    for (int32_t id : ids) streamed += stream.Push(id);
+    streamed += stream.Flush();
+    ASSERT_EQ(streamed, j["text_skip_special"].get<std::string>()) << j["ids"].dump();
+    ++n;
+  }
+  EXPECT_GE(n, 400u);
+}
+
 TEST(TokenizerTest, DecodeReplacesIncompleteUtf8) {
   const std::vector<int32_t> half_emoji = {93643};  // " " and the first bytes of 🤖
   EXPECT_EQ(Tok().Decode(half_emoji), " \xEF\xBF\xBD");

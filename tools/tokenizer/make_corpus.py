@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Generates the tokenizer test fixtures: corpus.jsonl and chat_cases.json.
 
+decode_cases.jsonl holds id sequences (cut mid-character, with special, tool and padding ids) and what
+the `tokenizers` package decodes them to, with and without skip_special_tokens.
 added_token_cases.jsonl holds strings that mix added tokens (<|user|>, <|end|>, ...) with text and
 whitespace, with the ids of the `tokenizers` package (which applies the rstrip flags).
 corpus.jsonl holds thousands of strings (code, prose, many scripts, whitespace runs, digits, emoji,
@@ -221,6 +223,24 @@ def make_added_token_cases(count, seed):
     return list(dict.fromkeys(out))
 
 
+def make_decode_cases(count, seed, texts, enc):
+    """Id sequences for decode tests: slices of corpus encodings (cut mid-character), random ids,
+    special, tool and padding ids."""
+    rng = random.Random(seed)
+    specials = [tid for tid, _, _, _ in btj.ADDED_TOKENS] + [199998, 200005, 200030, 200063]
+    out = []
+    for _ in range(count):
+        ids = list(enc.encode_ordinary(rng.choice(texts)))
+        if ids and rng.random() < 0.7:
+            a = rng.randrange(len(ids))
+            ids = ids[a:a + rng.randint(1, 12)]
+        for _ in range(rng.randint(0, 4)):
+            pos = rng.randint(0, len(ids))
+            ids.insert(pos, rng.choice(specials) if rng.random() < 0.6 else rng.randrange(199998))
+        out.append(ids)
+    return out
+
+
 REAL_GOLDEN_CASES = ["text-only", "single-image", "multi-image", "short-audio", "multi-image-audio",
                      "image-short-audio"]
 
@@ -291,6 +311,11 @@ def main():
         cases.append({"messages": messages, "text": text, "ids": list(ids), "text_no_generation_prompt": no_gen})
     with open(os.path.join(args.out, "chat_cases.json"), "w", encoding="utf-8", newline="\n") as f:
         f.write(json.dumps(cases, ensure_ascii=False, indent=1) + "\n")
+    with open(os.path.join(args.out, "decode_cases.jsonl"), "w", encoding="utf-8", newline="\n") as f:
+        for ids in make_decode_cases(500, args.seed + 2, texts, enc):
+            f.write(json.dumps({"ids": ids, "text": auto.backend_tokenizer.decode(ids, skip_special_tokens=False),
+                                "text_skip_special": auto.backend_tokenizer.decode(ids, skip_special_tokens=True)},
+                               ensure_ascii=False) + "\n")
     goldens_dir = os.path.join(btj.REPO_ROOT, "..", "shared", "data", "real-goldens")
     with open(os.path.join(args.out, "real_goldens.json"), "w", encoding="utf-8", newline="\n") as f:
         f.write(json.dumps({"source": "shared/data/real-goldens (real microsoft/Phi-4-multimodal-instruct "
