@@ -169,7 +169,8 @@ TEST(Safetensors, ParsesValidFileWithAllCommonDtypes) {
 }
 
 TEST(Safetensors, ScalarAndEmptyHeader) {
-  auto r = ParseBuffer(BuildSafetensors({{"s", "F64", {}, Bytes<double>({2.5})}}));
+  const std::string buf = BuildSafetensors({{"s", "F64", {}, Bytes<double>({2.5})}});  // views point into it
+  auto r = ParseBuffer(buf);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const TensorView& s = r->tensors().at("s");
   EXPECT_TRUE(s.shape.empty());
