@@ -101,8 +101,11 @@ def byte_to_unicode():
 
 
 def load_ranks(path):
-    with open(path, "rb") as f:
-        data = f.read()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SystemExit(f"cannot read the o200k_base rank file ({e}); pass --ranks FILE") from e
     digest = hashlib.sha256(data).hexdigest()
     if digest != RANKS_SHA256:
         raise SystemExit(f"{path}: sha256 {digest} is not the o200k_base hash {RANKS_SHA256}")
