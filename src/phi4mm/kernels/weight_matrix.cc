@@ -1,21 +1,48 @@
-// Portable reference implementation of WeightMatrix products. Rows of 16-bit formats are widened
-// to float once per block of output rows and reused for every activation row of the batch.
+// WeightMatrix storage, conversion between formats, and the matmul driver: activation rows are
+// quantized once per call (block formats), output rows are split over the pool in whole tiles,
+// and each thread walks its rows in tiles of R weight rows x N activation rows, in chunks of
+// activation rows small enough to stay in L2 while the weight rows stream past once per chunk.
 #include "phi4mm/kernels/weight_matrix.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "phi4mm/base/half.h"
+#include "phi4mm/kernels/quant.h"
 
 namespace phi4mm {
 
-const char* WeightFormatName(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kF32: return "f32";
-    case WeightFormat::kBF16: return "bf16";
-    case WeightFormat::kF16: return "f16";
+const char* QuantModeName(QuantMode m) {
+  switch (m) {
+    case QuantMode::kNone: return "none";
+    case QuantMode::kBF16: return "bf16";
+    case QuantMode::kQ8: return "q8";
+    case QuantMode::kQ4: return "q4";
   }
   return "?";
+}
+
+std::optional<QuantMode> ParseQuantMode(std::string_view s) {
+  if (s == "none" || s == "f32") return QuantMode::kNone;
+  if (s == "bf16") return QuantMode::kBF16;
+  if (s == "q8") return QuantMode::kQ8;
+  if (s == "q4") return QuantMode::kQ4;
+  return std::nullopt;
+}
+
+std::optional<WeightFormat> LinearFormat(QuantMode m) {
+  switch (m) {
+    case QuantMode::kNone: return std::nullopt;
+    case QuantMode::kBF16: return WeightFormat::kBF16;
+    case QuantMode::kQ8: return WeightFormat::kQ8_0;
+    case QuantMode::kQ4: return WeightFormat::kQ4K;
+  }
+  return std::nullopt;
+}
+
+std::optional<WeightFormat> EmbeddingFormat(QuantMode m) {
+  if (m == QuantMode::kQ4) return WeightFormat::kQ8_0;
+  return LinearFormat(m);
 }
 
 float DotF32(const float* a, const float* b, int64_t n) {
@@ -28,11 +55,21 @@ float DotF32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+size_t WeightMatrix::RowBytesOf(WeightFormat f, int64_t cols) {
+  switch (f) {
+    case WeightFormat::kF32: return static_cast<size_t>(cols) * 4;
+    case WeightFormat::kBF16:
+    case WeightFormat::kF16: return static_cast<size_t>(cols) * 2;
+    case WeightFormat::kQ8_0: return Q8RowBytes(cols);
+    case WeightFormat::kQ4K: return Q4KRowBytes(cols);
+  }
+  return 0;
+}
+
 Result<WeightMatrix> WeightMatrix::FromData(DType dtype, const void* data, int64_t rows, int64_t cols) {
   WeightMatrix w;
   w.rows_ = rows;
   w.cols_ = cols;
-  const size_t n = static_cast<size_t>(rows * cols);
   switch (dtype) {
     case DType::kF32: w.format_ = WeightFormat::kF32; break;
     case DType::kBF16: w.format_ = WeightFormat::kBF16; break;
@@ -41,10 +78,10 @@ Result<WeightMatrix> WeightMatrix::FromData(DType dtype, const void* data, int64
       return Unsupported(std::string("weights stored as ") + DTypeName(dtype) +
                          " are not supported (expected F32, BF16 or F16)");
   }
-  const size_t elem = DTypeSize(dtype);
-  if (reinterpret_cast<uintptr_t>(data) % elem != 0) {
-    w.owned_ = std::make_shared<std::vector<uint8_t>>(n * elem);
-    std::memcpy(w.owned_->data(), data, n * elem);
+  w.row_bytes_ = RowBytesOf(w.format_, cols);
+  if (reinterpret_cast<uintptr_t>(data) % DTypeSize(dtype) != 0) {
+    w.owned_ = std::make_shared<std::vector<uint8_t>>(w.bytes());
+    std::memcpy(w.owned_->data(), data, w.bytes());
     w.data_ = w.owned_->data();
   } else {
     w.data_ = data;
@@ -57,70 +94,135 @@ WeightMatrix WeightMatrix::FromF32(std::vector<float> values, int64_t rows, int6
   w.rows_ = rows;
   w.cols_ = cols;
   w.format_ = WeightFormat::kF32;
+  w.row_bytes_ = RowBytesOf(w.format_, cols);
   w.owned_ = std::make_shared<std::vector<uint8_t>>(values.size() * sizeof(float));
   std::memcpy(w.owned_->data(), values.data(), w.owned_->size());
   w.data_ = w.owned_->data();
   return w;
 }
 
-size_t WeightMatrix::bytes() const {
-  const size_t n = static_cast<size_t>(rows_ * cols_);
-  return format_ == WeightFormat::kF32 ? n * 4 : n * 2;
+Result<WeightMatrix> WeightMatrix::Quantize(WeightFormat target, ThreadPool* pool) const {
+  if (target == format_) return *this;
+  WeightMatrix q;
+  q.format_ = target;
+  q.rows_ = rows_;
+  q.cols_ = cols_;
+  q.row_bytes_ = RowBytesOf(target, cols_);
+  q.owned_ = std::make_shared<std::vector<uint8_t>>(q.bytes());
+  q.data_ = q.owned_->data();
+  uint8_t* dst = q.owned_->data();
+  auto body = [&](int64_t b, int64_t e) {
+    std::vector<float> row(static_cast<size_t>(cols_));
+    for (int64_t r = b; r < e; ++r) {
+      Row(r, row.data());
+      uint8_t* out = dst + static_cast<size_t>(r) * q.row_bytes_;
+      switch (target) {
+        case WeightFormat::kF32: std::memcpy(out, row.data(), q.row_bytes_); break;
+        case WeightFormat::kBF16:
+          for (int64_t k = 0; k < cols_; ++k) {
+            const uint16_t h = F32ToBf16(row[k]);
+            std::memcpy(out + 2 * k, &h, 2);
+          }
+          break;
+        case WeightFormat::kF16:
+          for (int64_t k = 0; k < cols_; ++k) {
+            const uint16_t h = F32ToF16(row[k]);
+            std::memcpy(out + 2 * k, &h, 2);
+          }
+          break;
+        case WeightFormat::kQ8_0: QuantizeRowQ8_0(row.data(), cols_, reinterpret_cast<BlockQ8_0*>(out)); break;
+        case WeightFormat::kQ4K: QuantizeRowQ4K(row.data(), cols_, reinterpret_cast<BlockQ4K*>(out)); break;
+      }
+    }
+  };
+  if (pool != nullptr) pool->ParallelFor(rows_, body, 64);
+  else body(0, rows_);
+  return q;
+}
+
+Result<WeightMatrix> WeightMatrix::ConvertedTo(std::optional<WeightFormat> target, ThreadPool* pool) const {
+  if (!target) return *this;
+  return Quantize(*target, pool);
 }
 
 void WeightMatrix::Row(int64_t r, float* out) const {
-  const size_t off = static_cast<size_t>(r * cols_);
+  const uint8_t* p = data() + static_cast<size_t>(r) * row_bytes_;
   switch (format_) {
-    case WeightFormat::kF32:
-      std::memcpy(out, static_cast<const float*>(data_) + off, cols_ * sizeof(float));
+    case WeightFormat::kF32: std::memcpy(out, p, static_cast<size_t>(cols_) * sizeof(float)); break;
+    case WeightFormat::kBF16:
+      for (int64_t i = 0; i < cols_; ++i) out[i] = Bf16ToF32(reinterpret_cast<const uint16_t*>(p)[i]);
       break;
-    case WeightFormat::kBF16: {
-      const uint16_t* p = static_cast<const uint16_t*>(data_) + off;
-      for (int64_t i = 0; i < cols_; ++i) out[i] = Bf16ToF32(p[i]);
+    case WeightFormat::kF16:
+      for (int64_t i = 0; i < cols_; ++i) out[i] = F16ToF32(reinterpret_cast<const uint16_t*>(p)[i]);
       break;
-    }
-    case WeightFormat::kF16: {
-      const uint16_t* p = static_cast<const uint16_t*>(data_) + off;
-      for (int64_t i = 0; i < cols_; ++i) out[i] = F16ToF32(p[i]);
-      break;
-    }
-  }
-}
-
-void WeightMatrix::RowsTimesBatch(int64_t r0, int64_t r1, const float* x, int64_t n, float* y,
-                                  bool accumulate) const {
-  constexpr int64_t kRowBlock = 4;
-  std::vector<float> buf;
-  if (format_ != WeightFormat::kF32) buf.resize(static_cast<size_t>(kRowBlock * cols_));
-  for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
-    const int64_t re = std::min(r1, rb + kRowBlock);
-    const float* wrows;
-    if (format_ == WeightFormat::kF32) {
-      wrows = static_cast<const float*>(data_) + rb * cols_;
-    } else {
-      for (int64_t r = rb; r < re; ++r) Row(r, buf.data() + (r - rb) * cols_);
-      wrows = buf.data();
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      const float* xi = x + i * cols_;
-      float* yi = y + i * rows_;
-      for (int64_t r = rb; r < re; ++r) {
-        const float d = DotF32(wrows + (r - rb) * cols_, xi, cols_);
-        yi[r] = accumulate ? yi[r] + d : d;
-      }
-    }
+    case WeightFormat::kQ8_0: DequantizeRowQ8_0(reinterpret_cast<const BlockQ8_0*>(p), cols_, out); break;
+    case WeightFormat::kQ4K: DequantizeRowQ4K(reinterpret_cast<const BlockQ4K*>(p), cols_, out); break;
   }
 }
 
 void WeightMatrix::MatMul(const float* x, int64_t n, float* y, ThreadPool* pool, bool accumulate) const {
+  MatMulWith(ActiveKernels(), x, n, y, pool, accumulate);
+}
+
+void WeightMatrix::MatMulWith(const MatMulKernels& k, const float* x, int64_t n, float* y, ThreadPool* pool,
+                              bool accumulate) const {
   if (rows_ == 0 || n == 0) return;
-  auto body = [&](int64_t b, int64_t e) { RowsTimesBatch(b, e, x, n, y, accumulate); };
+  const int fi = static_cast<int>(format_);
+  const TileFn tile = k.tile[fi];
+  const TileShape shape = k.shape[fi];
+  const int64_t R = n == 1 ? shape.gemv_r : shape.gemm_r;
+  const int64_t N = n == 1 ? 1 : shape.gemm_n;
+
+  // Activations: float rows as given, or int8 blocks quantized here once for all threads.
+  // The buffer is per calling thread; workers only read it while this call waits for them.
+  thread_local std::vector<uint8_t> act;
+  const uint8_t* a = reinterpret_cast<const uint8_t*>(x);
+  size_t a_stride = static_cast<size_t>(cols_) * sizeof(float);
+  if (IsBlockFormat(format_)) {
+    const bool q4 = format_ == WeightFormat::kQ4K;
+    a_stride = q4 ? A8KRowBytes(cols_) : A8RowBytes(cols_);
+    const QuantizeRowFn quantize = q4 ? k.quantize_a8k : k.quantize_a8;
+    if (act.size() < static_cast<size_t>(n) * a_stride) act.resize(static_cast<size_t>(n) * a_stride);
+    uint8_t* buf = act.data();
+    auto quant = [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) quantize(x + i * cols_, cols_, buf + i * a_stride);
+    };
+    if (pool != nullptr && n >= 32) pool->ParallelFor(n, quant, 16);
+    else quant(0, n);
+    a = buf;
+  }
+
+  // Activation rows per chunk: ~200 KB of int8 blocks or ~400 KB of floats at the decoder's widths.
+  const int64_t chunk = IsBlockFormat(format_) ? 64 : 32;
+  const int64_t groups = CeilDiv(rows_, R);
+  auto body = [&](int64_t g0, int64_t g1) {
+    const int64_t r_begin = g0 * R, r_end = std::min(rows_, g1 * R);
+    TileArgs t;
+    t.w_stride = row_bytes_;
+    t.a_stride = a_stride;
+    t.cols = cols_;
+    t.ldy = rows_;
+    t.accumulate = accumulate;
+    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+      const int64_t i1 = std::min(n, i0 + chunk);
+      for (int64_t r = r_begin; r < r_end; r += R) {
+        t.nr = static_cast<int>(std::min(R, r_end - r));
+        t.w = data() + static_cast<size_t>(r) * row_bytes_;
+        for (int64_t i = i0; i < i1; i += N) {
+          t.na = static_cast<int>(std::min(N, i1 - i));
+          t.a = a + static_cast<size_t>(i) * a_stride;
+          t.y = y + i * rows_ + r;
+          tile(t);
+        }
+      }
+    }
+  };
   if (pool == nullptr) {
-    body(0, rows_);
+    body(0, groups);
   } else {
     // Enough work per thread to be worth waking it: ~64k multiply-adds.
-    const int64_t grain = std::max<int64_t>(4, 65536 / std::max<int64_t>(1, cols_ * n));
-    pool->ParallelFor(rows_, body, grain);
+    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, R * cols_ * n));
+    pool->ParallelFor(groups, body, grain);
   }
 }
 

@@ -1,46 +1,74 @@
 // A 2-D weight matrix W[rows=out_features, cols=in_features] in one of several storage formats,
 // and the products the models need: y = x·Wᵀ for a batch of activation rows, and row lookup
-// (embeddings). Storage is either a zero-copy view into a memory-mapped checkpoint or an owned
-// buffer. New formats (8-bit and 4-bit blocks) plug in here without changing model code.
+// (embeddings). Storage is either a zero-copy view into a memory-mapped checkpoint (f32, bf16,
+// f16) or an owned buffer (converted or block-quantized at load: Q8_0, Q4_K, see quant.h). The
+// products run on the kernel table chosen for this CPU (quant_kernels.h); the block formats
+// quantize the activations to int8 blocks on the fly. Immutable after construction; copies share
+// the storage; safe to use from several threads at once.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "phi4mm/base/dtype.h"
 #include "phi4mm/base/status.h"
 #include "phi4mm/base/thread_pool.h"
+#include "phi4mm/kernels/quant_kernels.h"
 
 namespace phi4mm {
 
-enum class WeightFormat { kF32, kBF16, kF16 };
-const char* WeightFormatName(WeightFormat f);
+// What the model loaders convert weights to (LoadOptions::quant).
+//   kNone: as stored in the checkpoint (f32/bf16/f16 views, computed in f32)
+//   kBF16: bf16 everywhere
+//   kQ8:   Q8_0 linear layers and Q8_0 embedding / lm_head
+//   kQ4:   Q4_K linear layers and Q8_0 embedding / lm_head (a 4-bit head hurts this model)
+enum class QuantMode { kNone, kBF16, kQ8, kQ4 };
+const char* QuantModeName(QuantMode m);
+// Accepts "none"/"f32", "bf16", "q8", "q4".
+std::optional<QuantMode> ParseQuantMode(std::string_view s);
+// The format for linear layers / for the embedding table under `m`; nullopt keeps the stored one.
+std::optional<WeightFormat> LinearFormat(QuantMode m);
+std::optional<WeightFormat> EmbeddingFormat(QuantMode m);
 
 class WeightMatrix {
  public:
   WeightMatrix() = default;
   // A view of `data` (which must outlive the matrix) in the checkpoint's dtype (F32, BF16, F16).
-  // Unaligned or unsupported-dtype data is copied/converted into an owned buffer.
+  // Unaligned data is copied into an owned buffer.
   static Result<WeightMatrix> FromData(DType dtype, const void* data, int64_t rows, int64_t cols);
   static WeightMatrix FromF32(std::vector<float> values, int64_t rows, int64_t cols);
+
+  // A copy in `target` format (owned storage); the same matrix when it already is. Block formats
+  // are quantized round-to-nearest from the values Row() gives. Rows are split over `pool`.
+  Result<WeightMatrix> Quantize(WeightFormat target, ThreadPool* pool = nullptr) const;
+  // Quantize(*target) when `target` is set, else this matrix.
+  Result<WeightMatrix> ConvertedTo(std::optional<WeightFormat> target, ThreadPool* pool = nullptr) const;
 
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   WeightFormat format() const { return format_; }
-  size_t bytes() const;
+  size_t bytes() const { return row_bytes_ * static_cast<size_t>(rows_); }
+  size_t row_bytes() const { return row_bytes_; }
+  const uint8_t* data() const { return static_cast<const uint8_t*>(data_); }
   bool empty() const { return rows_ == 0; }
 
   // y[n, rows] (+)= x[n, cols] · Wᵀ. Threads split the output rows.
   void MatMul(const float* x, int64_t n, float* y, ThreadPool* pool, bool accumulate = false) const;
-  // out[cols] = W[r, :] as float.
+  // The same with an explicit kernel table (tests and benchmarks compare the tables).
+  void MatMulWith(const MatMulKernels& k, const float* x, int64_t n, float* y, ThreadPool* pool,
+                  bool accumulate = false) const;
+  // out[cols] = W[r, :] as float (dequantized for the block formats).
   void Row(int64_t r, float* out) const;
 
  private:
-  void RowsTimesBatch(int64_t r0, int64_t r1, const float* x, int64_t n, float* y, bool accumulate) const;
+  static size_t RowBytesOf(WeightFormat f, int64_t cols);
 
   WeightFormat format_ = WeightFormat::kF32;
   int64_t rows_ = 0, cols_ = 0;
+  size_t row_bytes_ = 0;
   const void* data_ = nullptr;
   std::shared_ptr<std::vector<uint8_t>> owned_;
 };

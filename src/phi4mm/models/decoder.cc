@@ -53,8 +53,10 @@ void KvCache::EnsureCapacity(int64_t positions) {
 }
 
 Result<std::shared_ptr<const Decoder>> Decoder::Load(const Checkpoint& ckpt, const ModelConfig& mc,
-                                                     std::shared_ptr<const TokenEmbedding> embedding) {
+                                                     std::shared_ptr<const TokenEmbedding> embedding,
+                                                     QuantMode quant, ThreadPool* pool) {
   const TextConfig& c = mc.text;
+  const std::optional<WeightFormat> lf = LinearFormat(quant);
   std::shared_ptr<Decoder> d(new Decoder(c));
   d->embedding_ = std::move(embedding);
   const int64_t H = c.hidden_size, hd = c.head_dim;
@@ -64,16 +66,17 @@ Result<std::shared_ptr<const Decoder>> Decoder::Load(const Checkpoint& ckpt, con
     DecoderLayerWeights L;
     PHI4MM_ASSIGN_OR_RETURN(L.input_norm, LoadVector(ckpt, p + "input_layernorm.weight", H));
     PHI4MM_ASSIGN_OR_RETURN(L.post_attn_norm, LoadVector(ckpt, p + "post_attention_layernorm.weight", H));
-    PHI4MM_ASSIGN_OR_RETURN(L.qkv, LoraLinear::Load(ckpt, mc, p + "self_attn.qkv_proj", qkv_out, H));
-    PHI4MM_ASSIGN_OR_RETURN(L.o, LoraLinear::Load(ckpt, mc, p + "self_attn.o_proj", H, c.num_attention_heads * hd));
-    PHI4MM_ASSIGN_OR_RETURN(L.gate_up, LoraLinear::Load(ckpt, mc, p + "mlp.gate_up_proj", 2 * c.intermediate_size, H));
-    PHI4MM_ASSIGN_OR_RETURN(L.down, LoraLinear::Load(ckpt, mc, p + "mlp.down_proj", H, c.intermediate_size));
+    PHI4MM_ASSIGN_OR_RETURN(L.qkv, LoraLinear::Load(ckpt, mc, p + "self_attn.qkv_proj", qkv_out, H, lf, pool));
+    PHI4MM_ASSIGN_OR_RETURN(L.o, LoraLinear::Load(ckpt, mc, p + "self_attn.o_proj", H, c.num_attention_heads * hd, lf, pool));
+    PHI4MM_ASSIGN_OR_RETURN(L.gate_up, LoraLinear::Load(ckpt, mc, p + "mlp.gate_up_proj", 2 * c.intermediate_size, H, lf, pool));
+    PHI4MM_ASSIGN_OR_RETURN(L.down, LoraLinear::Load(ckpt, mc, p + "mlp.down_proj", H, c.intermediate_size, lf, pool));
     d->layers_.push_back(std::move(L));
   }
   PHI4MM_ASSIGN_OR_RETURN(d->final_norm_, LoadVector(ckpt, "model.norm.weight", H));
   if (const TensorView* lm = ckpt.Find("lm_head.weight"); lm != nullptr && !c.tie_word_embeddings) {
     PHI4MM_ASSIGN_OR_RETURN(TensorView t, ckpt.Get("lm_head.weight", {c.vocab_size, H}));
-    PHI4MM_ASSIGN_OR_RETURN(d->untied_lm_head_, WeightMatrix::FromData(t.dtype, t.data, c.vocab_size, H));
+    PHI4MM_ASSIGN_OR_RETURN(WeightMatrix stored, WeightMatrix::FromData(t.dtype, t.data, c.vocab_size, H));
+    PHI4MM_ASSIGN_OR_RETURN(d->untied_lm_head_, stored.ConvertedTo(EmbeddingFormat(quant), pool));
   } else if (!c.tie_word_embeddings) {
     return NotFound("config.json says tie_word_embeddings=false but the checkpoint has no lm_head.weight");
   }

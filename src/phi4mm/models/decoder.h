@@ -51,9 +51,12 @@ class KvCache {
 
 class Decoder {
  public:
-  // `embedding` supplies the tied lm_head when the checkpoint has no lm_head.weight.
+  // `embedding` supplies the tied lm_head when the checkpoint has no lm_head.weight. The linear
+  // layers' base weights are converted to LinearFormat(quant), an untied lm_head to
+  // EmbeddingFormat(quant); `pool` splits the conversion.
   static Result<std::shared_ptr<const Decoder>> Load(const Checkpoint& ckpt, const ModelConfig& cfg,
-                                                     std::shared_ptr<const TokenEmbedding> embedding);
+                                                     std::shared_ptr<const TokenEmbedding> embedding,
+                                                     QuantMode quant = QuantMode::kNone, ThreadPool* pool = nullptr);
 
   const TextConfig& config() const { return cfg_; }
   const RotaryTables& rotary() const { return rope_; }

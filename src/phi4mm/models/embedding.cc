@@ -6,10 +6,12 @@
 
 namespace phi4mm {
 
-Result<TokenEmbedding> TokenEmbedding::Load(const Checkpoint& ckpt, const TextConfig& cfg) {
+Result<TokenEmbedding> TokenEmbedding::Load(const Checkpoint& ckpt, const TextConfig& cfg, QuantMode quant,
+                                            ThreadPool* pool) {
   TokenEmbedding e;
   PHI4MM_ASSIGN_OR_RETURN(TensorView t, ckpt.Get("model.embed_tokens.weight", {cfg.vocab_size, cfg.hidden_size}));
-  PHI4MM_ASSIGN_OR_RETURN(e.table_, WeightMatrix::FromData(t.dtype, t.data, cfg.vocab_size, cfg.hidden_size));
+  PHI4MM_ASSIGN_OR_RETURN(WeightMatrix stored, WeightMatrix::FromData(t.dtype, t.data, cfg.vocab_size, cfg.hidden_size));
+  PHI4MM_ASSIGN_OR_RETURN(e.table_, stored.ConvertedTo(EmbeddingFormat(quant), pool));
   return e;
 }
 

@@ -1,7 +1,7 @@
 // The `embedding` part of the four-model split: token embedding lookup (reference:
 // Phi4MultimodalModel.embed_tokens, [vocab, hidden]); image and audio features are spliced over
 // the placeholder ids 200010 / 200011 by the multimodal paths. The same matrix serves as the tied
-// lm_head of the decoder.
+// lm_head of the decoder, so it may be stored quantized (LoadOptions::quant); lookups dequantize.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,9 @@ namespace phi4mm {
 
 class TokenEmbedding {
  public:
-  static Result<TokenEmbedding> Load(const Checkpoint& ckpt, const TextConfig& cfg);
+  // The table is converted to EmbeddingFormat(quant) when that is set (rows split over `pool`).
+  static Result<TokenEmbedding> Load(const Checkpoint& ckpt, const TextConfig& cfg,
+                                     QuantMode quant = QuantMode::kNone, ThreadPool* pool = nullptr);
   const WeightMatrix& matrix() const { return table_; }
   int64_t vocab_size() const { return table_.rows(); }
   int64_t hidden_size() const { return table_.cols(); }

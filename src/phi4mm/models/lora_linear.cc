@@ -31,9 +31,11 @@ Result<std::optional<LoraAdapter>> LoadAdapter(const Checkpoint& ckpt, const Lor
 }  // namespace
 
 Result<LoraLinear> LoraLinear::Load(const Checkpoint& ckpt, const ModelConfig& cfg, const std::string& prefix,
-                                    int64_t out_features, int64_t in_features) {
+                                    int64_t out_features, int64_t in_features,
+                                    std::optional<WeightFormat> base_format, ThreadPool* pool) {
   LoraLinear l;
-  PHI4MM_ASSIGN_OR_RETURN(l.base_, LoadMatrix(ckpt, prefix + ".weight", out_features, in_features));
+  PHI4MM_ASSIGN_OR_RETURN(WeightMatrix stored, LoadMatrix(ckpt, prefix + ".weight", out_features, in_features));
+  PHI4MM_ASSIGN_OR_RETURN(l.base_, stored.ConvertedTo(base_format, pool));
   PHI4MM_ASSIGN_OR_RETURN(l.vision_, LoadAdapter(ckpt, cfg.vision_lora, prefix, "vision", out_features, in_features));
   PHI4MM_ASSIGN_OR_RETURN(l.speech_, LoadAdapter(ckpt, cfg.speech_lora, prefix, "speech", out_features, in_features));
   return l;

@@ -9,10 +9,12 @@ Result<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const L
   PHI4MM_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::LoadFromDir(dir));
   PHI4MM_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir, m->config_.layout));
   m->checkpoint_ = std::make_unique<Checkpoint>(std::move(ckpt));
-  PHI4MM_ASSIGN_OR_RETURN(TokenEmbedding emb, TokenEmbedding::Load(*m->checkpoint_, m->config_.text));
-  m->embedding_ = std::make_shared<const TokenEmbedding>(std::move(emb));
-  PHI4MM_ASSIGN_OR_RETURN(m->decoder_, Decoder::Load(*m->checkpoint_, m->config_, m->embedding_));
   m->pool_ = std::make_unique<ThreadPool>(opts.num_threads);
+  PHI4MM_ASSIGN_OR_RETURN(TokenEmbedding emb,
+                          TokenEmbedding::Load(*m->checkpoint_, m->config_.text, opts.quant, m->pool_.get()));
+  m->embedding_ = std::make_shared<const TokenEmbedding>(std::move(emb));
+  PHI4MM_ASSIGN_OR_RETURN(m->decoder_,
+                          Decoder::Load(*m->checkpoint_, m->config_, m->embedding_, opts.quant, m->pool_.get()));
   return std::shared_ptr<const Model>(std::move(m));
 }
 

@@ -17,6 +17,9 @@ namespace phi4mm {
 
 struct LoadOptions {
   int num_threads = 0;  // 0 = one per core
+  // Weight format of the decoder and the embedding / lm_head (kNone: as stored). Other parts
+  // keep their stored formats for now.
+  QuantMode quant = QuantMode::kNone;
 };
 
 // Parameter counts and sizes for `phi4mm info`.

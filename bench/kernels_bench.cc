@@ -1,0 +1,115 @@
+// Kernel benchmarks on this machine: WeightMatrix::MatMul per storage format at the Phi-4-mini
+// decoder's real shapes (qkv 3072->5120, o 3072->3072, gate_up 3072->16384, down 8192->3072, and
+// the tied lm_head 3072->200064), for decode (n = 1, reported as weight GB/s) and prefill
+// (n = 64 / 512, reported as GFLOP/s), plus a streaming-read bandwidth reference (1 and all
+// threads) so the GEMV numbers can be read as a fraction of the memory ceiling.
+//   phi4mm_kernels_bench --benchmark_filter=Gemv   (decode only)
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "phi4mm/base/half.h"
+#include "phi4mm/kernels/weight_matrix.h"
+
+namespace phi4mm {
+namespace {
+
+ThreadPool& Pool() {
+  static ThreadPool pool(0);
+  return pool;
+}
+
+// Deterministic pseudo-random bf16 weights of typical magnitude (~0.02), kept alive for reuse.
+const WeightMatrix& Weights(int64_t rows, int64_t cols, WeightFormat f) {
+  static std::map<std::tuple<int64_t, int64_t, int>, WeightMatrix> cache;
+  static std::map<std::pair<int64_t, int64_t>, std::vector<uint16_t>> sources;
+  auto key = std::make_tuple(rows, cols, static_cast<int>(f));
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  auto& src = sources[{rows, cols}];
+  if (src.empty()) {
+    src.resize(static_cast<size_t>(rows * cols));
+    uint64_t s = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(rows * 31 + cols);
+    for (uint16_t& h : src) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      const float v = (static_cast<float>((s >> 40) & 0xFFFF) / 65536.0f - 0.5f) * 0.08f;
+      h = F32ToBf16(v);
+    }
+  }
+  WeightMatrix base = *WeightMatrix::FromData(DType::kBF16, src.data(), rows, cols);
+  return cache.emplace(key, *base.Quantize(f, &Pool())).first->second;
+}
+
+std::vector<float> Activations(int64_t n, int64_t cols) {
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+  return x;
+}
+
+void BM_MatMul(benchmark::State& state) {
+  const auto f = static_cast<WeightFormat>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
+  const WeightMatrix& w = Weights(rows, cols, f);
+  const std::vector<float> x = Activations(n, cols);
+  std::vector<float> y(static_cast<size_t>(n * rows));
+  for (auto _ : state) {
+    w.MatMul(x.data(), n, y.data(), &Pool());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(WeightFormatName(f)) + " " + ActiveKernels().name);
+  if (n == 1)
+    state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes()) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void DecoderShapes(benchmark::internal::Benchmark* b, bool gemv) {
+  const int64_t shapes[][2] = {{5120, 3072}, {3072, 3072}, {16384, 3072}, {3072, 8192}, {200064, 3072}};
+  for (int f : {0, 1, 2, 3, 4}) {
+    for (const auto& s : shapes) {
+      if (gemv) {
+        if (f == 0 && s[0] == 200064) continue;  // 2.4 GB of f32: skip
+        b->Args({f, s[0], s[1], 1});
+      } else {
+        if (s[0] == 200064) continue;  // the head runs on one row per step
+        for (int64_t n : {64, 512}) {
+          if (n == 512 && f != 1 && f != 3 && f != 4) continue;
+          b->Args({f, s[0], s[1], n});
+        }
+      }
+    }
+  }
+}
+
+BENCHMARK(BM_MatMul)->Name("Gemv")->Apply([](auto* b) { DecoderShapes(b, true); })->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MatMul)->Name("Gemm")->Apply([](auto* b) { DecoderShapes(b, false); })->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Sums a 512 MiB buffer split over `threads` threads of the pool.
+void BM_StreamRead(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  static std::vector<uint64_t> buf(size_t{64} << 20, 1);
+  std::vector<uint64_t> sums(static_cast<size_t>(threads));
+  ThreadPool pool(threads);
+  for (auto _ : state) {
+    pool.ParallelFor(threads, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const size_t len = buf.size() / threads, off = static_cast<size_t>(t) * len;
+        uint64_t s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (size_t i = off; i + 8 <= off + len; i += 8)
+          for (int l = 0; l < 8; ++l) s[l] += buf[i + l];
+        sums[t] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+      }
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(buf.size() * 8) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_StreamRead)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace phi4mm
+
+BENCHMARK_MAIN();

@@ -1,0 +1,70 @@
+// Block-quantized storage formats for weights and activations, and their scalar reference code.
+// A quantized matrix [rows, cols] stores every row as ceil(cols / block) blocks along the columns;
+// the last block of a row is zero-padded when cols is not a multiple of the block size (the vision
+// MLP's 4304 columns, the tiny fixtures' 48), so kernels never see a partial block. Weights:
+//   Q8_0  32 int8 + one f16 scale, 34 B per 32 (8.5 bits per weight). Symmetric, value = d * q.
+//   Q4_K  256 weights in 8 sub-blocks of 32: f16 d and dmin, 8-bit sub-scales and sub-mins, and
+//         unsigned nibbles, 148 B per 256 (4.625 bpw). value = d * sc[j] * q - dmin * mn[j].
+// Activations are quantized on the fly to match: A8 (32 int8 + f32 scale) for Q8_0 weights and
+// A8K (256 int8 + f32 scale + 8 sub-block sums) for Q4_K weights, so the unsigned Q4_K nibbles
+// feed `maddubs` directly and the min term is applied once per sub-block from the sums.
+// Quantization is round-to-nearest and deterministic. Scales are rounded up (never down) so the
+// error of every weight is at most half its effective step (d * q step), which the tests check.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace phi4mm {
+
+inline constexpr int kQ8Block = 32;
+inline constexpr int kQ4KBlock = 256;
+inline constexpr int kQ4KSub = 32;
+
+struct BlockQ8_0 {
+  uint16_t d;     // f16 scale
+  int8_t qs[32];  // -127..127
+};
+static_assert(sizeof(BlockQ8_0) == 34, "BlockQ8_0 must be 34 bytes");
+
+struct BlockQ4K {
+  uint16_t d;          // f16 scale of the sub-scales
+  uint16_t dmin;       // f16 scale of the sub-mins
+  uint8_t scales[8];   // sub-block j step = d * scales[j]
+  uint8_t mins[8];     // sub-block j offset = dmin * mins[j] (subtracted)
+  uint8_t qs[128];     // 64-weight chunk c: byte c*32+i holds weight c*64+i (low) and c*64+32+i (high)
+};
+static_assert(sizeof(BlockQ4K) == 148, "BlockQ4K must be 148 bytes");
+
+struct BlockA8 {
+  float d;
+  int8_t qs[32];
+};
+static_assert(sizeof(BlockA8) == 36, "BlockA8 must be 36 bytes");
+
+struct BlockA8K {
+  float d;
+  int16_t bsums[8];  // sum of qs over each 32-element sub-block
+  int8_t qs[256];
+};
+static_assert(sizeof(BlockA8K) == 276, "BlockA8K must be 276 bytes");
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Bytes of one quantized row of `cols` values.
+inline size_t Q8RowBytes(int64_t cols) { return static_cast<size_t>(CeilDiv(cols, kQ8Block)) * sizeof(BlockQ8_0); }
+inline size_t Q4KRowBytes(int64_t cols) { return static_cast<size_t>(CeilDiv(cols, kQ4KBlock)) * sizeof(BlockQ4K); }
+inline size_t A8RowBytes(int64_t cols) { return static_cast<size_t>(CeilDiv(cols, kQ8Block)) * sizeof(BlockA8); }
+inline size_t A8KRowBytes(int64_t cols) { return static_cast<size_t>(CeilDiv(cols, kQ4KBlock)) * sizeof(BlockA8K); }
+
+// Weight rows: x[cols] -> blocks, and back (out[cols]).
+void QuantizeRowQ8_0(const float* x, int64_t cols, BlockQ8_0* out);
+void DequantizeRowQ8_0(const BlockQ8_0* in, int64_t cols, float* out);
+void QuantizeRowQ4K(const float* x, int64_t cols, BlockQ4K* out);
+void DequantizeRowQ4K(const BlockQ4K* in, int64_t cols, float* out);
+
+// Activation rows (reference; the kernel tables carry the per-ISA versions, bit-identical).
+void QuantizeRowA8(const float* x, int64_t cols, BlockA8* out);
+void QuantizeRowA8K(const float* x, int64_t cols, BlockA8K* out);
+
+}  // namespace phi4mm

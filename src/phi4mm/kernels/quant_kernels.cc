@@ -1,0 +1,140 @@
+// The scalar reference kernel table, and the one dispatch point that picks the table for this
+// CPU. The scalar tile kernels define the arithmetic the SIMD tables must reproduce: exact integer
+// sums per block, then float scaling in block order.
+#include "phi4mm/kernels/quant_kernels.h"
+
+#include "phi4mm/base/half.h"
+#include "phi4mm/kernels/cpu_features.h"
+#include "phi4mm/kernels/quant.h"
+
+namespace phi4mm {
+
+namespace {
+
+void Store(const TileArgs& t, int r, int i, float v) {
+  float& y = t.y[i * t.ldy + r];
+  y = t.accumulate ? y + v : v;
+}
+
+float WeightAt(WeightFormat f, const uint8_t* row, int64_t k) {
+  switch (f) {
+    case WeightFormat::kF32: return reinterpret_cast<const float*>(row)[k];
+    case WeightFormat::kBF16: return Bf16ToF32(reinterpret_cast<const uint16_t*>(row)[k]);
+    default: return F16ToF32(reinterpret_cast<const uint16_t*>(row)[k]);
+  }
+}
+
+template <WeightFormat F>
+void FloatTile(const TileArgs& t) {
+  for (int r = 0; r < t.nr; ++r) {
+    const uint8_t* w = t.w + r * t.w_stride;
+    for (int i = 0; i < t.na; ++i) {
+      const float* x = reinterpret_cast<const float*>(t.a + i * t.a_stride);
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t k = 0;
+      for (; k + 8 <= t.cols; k += 8)
+        for (int l = 0; l < 8; ++l) acc[l] += WeightAt(F, w, k + l) * x[k + l];
+      float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+      for (; k < t.cols; ++k) s += WeightAt(F, w, k) * x[k];
+      Store(t, r, i, s);
+    }
+  }
+}
+
+void Q8Tile(const TileArgs& t) {
+  const int64_t nb = CeilDiv(t.cols, kQ8Block);
+  for (int r = 0; r < t.nr; ++r) {
+    const BlockQ8_0* w = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
+    for (int i = 0; i < t.na; ++i) {
+      const BlockA8* a = reinterpret_cast<const BlockA8*>(t.a + i * t.a_stride);
+      float s = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        int32_t isum = 0;
+        for (int k = 0; k < kQ8Block; ++k) isum += static_cast<int32_t>(w[b].qs[k]) * a[b].qs[k];
+        s += F16ToF32(w[b].d) * a[b].d * static_cast<float>(isum);
+      }
+      Store(t, r, i, s);
+    }
+  }
+}
+
+void Q4KTile(const TileArgs& t) {
+  const int64_t nb = CeilDiv(t.cols, kQ4KBlock);
+  for (int r = 0; r < t.nr; ++r) {
+    const BlockQ4K* w = reinterpret_cast<const BlockQ4K*>(t.w + r * t.w_stride);
+    for (int i = 0; i < t.na; ++i) {
+      const BlockA8K* a = reinterpret_cast<const BlockA8K*>(t.a + i * t.a_stride);
+      float s = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        int32_t isum = 0, msum = 0;
+        for (int j = 0; j < 8; ++j) {
+          int32_t sub = 0;
+          for (int k = 0; k < kQ4KSub; ++k) {
+            const int c = j / 2, idx = (j % 2) * 32 + k;
+            const uint8_t byte = w[b].qs[c * 32 + k];
+            const int q = idx < 32 ? (byte & 15) : (byte >> 4);
+            sub += q * a[b].qs[j * kQ4KSub + k];
+          }
+          isum += sub * w[b].scales[j];
+          msum += static_cast<int32_t>(w[b].mins[j]) * a[b].bsums[j];
+        }
+        s += F16ToF32(w[b].d) * a[b].d * static_cast<float>(isum) -
+             F16ToF32(w[b].dmin) * a[b].d * static_cast<float>(msum);
+      }
+      Store(t, r, i, s);
+    }
+  }
+}
+
+void QuantA8(const float* x, int64_t cols, void* out) { QuantizeRowA8(x, cols, static_cast<BlockA8*>(out)); }
+void QuantA8K(const float* x, int64_t cols, void* out) { QuantizeRowA8K(x, cols, static_cast<BlockA8K*>(out)); }
+
+MatMulKernels MakeScalar() {
+  MatMulKernels k;
+  k.name = "scalar";
+  k.tile[static_cast<int>(WeightFormat::kF32)] = &FloatTile<WeightFormat::kF32>;
+  k.tile[static_cast<int>(WeightFormat::kBF16)] = &FloatTile<WeightFormat::kBF16>;
+  k.tile[static_cast<int>(WeightFormat::kF16)] = &FloatTile<WeightFormat::kF16>;
+  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Q8Tile;
+  k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Q4KTile;
+  for (TileShape& s : k.shape) s = {4, 4, 4};
+  k.quantize_a8 = &QuantA8;
+  k.quantize_a8k = &QuantA8K;
+  return k;
+}
+
+bool HasAvx2() {
+  const CpuFeatures& f = GetCpuFeatures();
+  return f.avx2 && f.fma && f.f16c;
+}
+
+}  // namespace
+
+const char* WeightFormatName(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return "f32";
+    case WeightFormat::kBF16: return "bf16";
+    case WeightFormat::kF16: return "f16";
+    case WeightFormat::kQ8_0: return "q8_0";
+    case WeightFormat::kQ4K: return "q4_k";
+  }
+  return "?";
+}
+
+const MatMulKernels& ScalarKernels() {
+  static const MatMulKernels k = MakeScalar();
+  return k;
+}
+
+std::vector<const MatMulKernels*> AvailableKernels() {
+  std::vector<const MatMulKernels*> v = {&ScalarKernels()};
+  if (HasAvx2()) v.push_back(&Avx2Kernels());
+  return v;
+}
+
+const MatMulKernels& ActiveKernels() {
+  static const MatMulKernels* const active = HasAvx2() ? &Avx2Kernels() : &ScalarKernels();
+  return *active;
+}
+
+}  // namespace phi4mm

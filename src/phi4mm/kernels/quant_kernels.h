@@ -1,0 +1,67 @@
+// The matmul kernel family behind WeightMatrix: one table of function pointers per instruction
+// set (scalar reference, AVX2+FMA+F16C; AVX-512/VNNI and NEON tables slot in the same way), and
+// the single runtime dispatch point that picks one table for the process (ActiveKernels).
+//
+// A tile kernel computes y[i * ldy + r] (+)= dot(W row r, activation row i) for r < nr and
+// i < na, with nr, na in [1, kMaxTile], over all `cols` columns. Weight rows are in the matrix's
+// storage format (rows `w_stride` bytes apart). Activation rows are float32 for the f32/bf16/f16
+// formats, and pre-quantized blocks for the block formats (A8 rows for Q8_0, A8K rows for Q4_K),
+// `a_stride` bytes apart. Kernels are stateless and thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace phi4mm {
+
+// Storage formats of a WeightMatrix; the order indexes the kernel tables.
+enum class WeightFormat { kF32, kBF16, kF16, kQ8_0, kQ4K };
+inline constexpr int kNumWeightFormats = 5;
+const char* WeightFormatName(WeightFormat f);
+inline bool IsBlockFormat(WeightFormat f) { return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4K; }
+
+inline constexpr int kMaxTile = 4;
+
+struct TileArgs {
+  const uint8_t* w = nullptr;
+  size_t w_stride = 0;
+  int nr = 0;
+  const uint8_t* a = nullptr;
+  size_t a_stride = 0;
+  int na = 0;
+  int64_t cols = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  bool accumulate = false;
+};
+
+using TileFn = void (*)(const TileArgs& t);
+// Quantizes one activation row of `cols` floats into A8 (or A8K) blocks at `out`.
+using QuantizeRowFn = void (*)(const float* x, int64_t cols, void* out);
+
+// Preferred tile shape for a format: weight rows per tile for n == 1 (GEMV), and weight rows x
+// activation rows for n > 1 (GEMM). All at most kMaxTile.
+struct TileShape {
+  int gemv_r = 1;
+  int gemm_r = 1;
+  int gemm_n = 1;
+};
+
+struct MatMulKernels {
+  const char* name = "";
+  TileFn tile[kNumWeightFormats] = {};
+  TileShape shape[kNumWeightFormats] = {};
+  QuantizeRowFn quantize_a8 = nullptr;
+  QuantizeRowFn quantize_a8k = nullptr;
+};
+
+const MatMulKernels& ScalarKernels();
+// The AVX2+FMA+F16C table; only call its kernels when the CPU has those features.
+const MatMulKernels& Avx2Kernels();
+// Every table this CPU can run, scalar first (for tests and benchmarks).
+std::vector<const MatMulKernels*> AvailableKernels();
+// The table used by WeightMatrix::MatMul: the best one for this CPU, chosen once.
+const MatMulKernels& ActiveKernels();
+
+}  // namespace phi4mm

@@ -1,0 +1,199 @@
+// Block formats and matmul kernels: quantize -> dequantize error within the analytic bound of each
+// format (half a step of the stored scale), activation quantizers bit-identical across ISAs, the
+// scalar kernels against a double-precision reference with the analytic activation-rounding bound,
+// and every kernel table this CPU runs against the scalar table, for every format, on odd shapes
+// and column tails (rows 1..130, cols 32..4304, n = 1..17), with accumulate and threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "phi4mm/base/half.h"
+#include "phi4mm/kernels/quant.h"
+#include "phi4mm/kernels/weight_matrix.h"
+
+namespace phi4mm {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  // A few outliers, as real activations and weights have.
+  for (size_t i = 0; i < n; i += 97) v[i] *= 8.0f;
+  return v;
+}
+
+const int64_t kCols[] = {1, 31, 32, 48, 64, 96, 300, 4304};
+
+TEST(QuantFormat, Q8RoundTripWithinHalfStep) {
+  for (int64_t cols : kCols) {
+    const std::vector<float> x = Random(static_cast<size_t>(cols), static_cast<uint32_t>(cols), 0.05f);
+    std::vector<BlockQ8_0> q(static_cast<size_t>(CeilDiv(cols, kQ8Block)));
+    QuantizeRowQ8_0(x.data(), cols, q.data());
+    std::vector<float> back(static_cast<size_t>(cols));
+    DequantizeRowQ8_0(q.data(), cols, back.data());
+    for (int64_t i = 0; i < cols; ++i) {
+      const float d = F16ToF32(q[i / kQ8Block].d);
+      const float bound = 0.5f * d * (1.0f + 1e-6f) + 1e-30f;
+      ASSERT_LE(std::fabs(back[i] - x[i]), bound) << "cols=" << cols << " i=" << i;
+    }
+  }
+}
+
+TEST(QuantFormat, Q4KRoundTripWithinHalfStep) {
+  for (int64_t cols : kCols) {
+    std::vector<float> x = Random(static_cast<size_t>(cols), static_cast<uint32_t>(cols) + 5, 0.05f);
+    if (cols >= 64)
+      for (int i = 32; i < 64; ++i) x[i] = 0.01f + 0.001f * static_cast<float>(i);  // an all-positive sub-block
+    std::vector<BlockQ4K> q(static_cast<size_t>(CeilDiv(cols, kQ4KBlock)));
+    QuantizeRowQ4K(x.data(), cols, q.data());
+    std::vector<float> back(static_cast<size_t>(cols));
+    DequantizeRowQ4K(q.data(), cols, back.data());
+    for (int64_t i = 0; i < cols; ++i) {
+      const BlockQ4K& b = q[i / kQ4KBlock];
+      const float step = F16ToF32(b.d) * static_cast<float>(b.scales[(i % kQ4KBlock) / kQ4KSub]);
+      const float bound = 0.5f * step * (1.0f + 1e-5f) + 1e-6f * std::fabs(x[i]) + 1e-30f;
+      ASSERT_LE(std::fabs(back[i] - x[i]), bound) << "cols=" << cols << " i=" << i;
+    }
+  }
+}
+
+TEST(QuantFormat, ZeroRowsStayZero) {
+  std::vector<float> x(300, 0.0f), back(300, 1.0f);
+  std::vector<BlockQ4K> q4(2);
+  QuantizeRowQ4K(x.data(), 300, q4.data());
+  DequantizeRowQ4K(q4.data(), 300, back.data());
+  for (float v : back) ASSERT_EQ(v, 0.0f);
+  std::vector<BlockQ8_0> q8(10);
+  QuantizeRowQ8_0(x.data(), 300, q8.data());
+  DequantizeRowQ8_0(q8.data(), 300, back.data());
+  for (float v : back) ASSERT_EQ(v, 0.0f);
+}
+
+TEST(QuantActivations, EveryIsaMatchesScalarBitForBit) {
+  for (const MatMulKernels* k : AvailableKernels()) {
+    for (int64_t cols : kCols) {
+      const std::vector<float> x = Random(static_cast<size_t>(cols), static_cast<uint32_t>(cols) * 3, 2.0f);
+      std::vector<uint8_t> want(A8RowBytes(cols)), got(A8RowBytes(cols));
+      QuantizeRowA8(x.data(), cols, reinterpret_cast<BlockA8*>(want.data()));
+      k->quantize_a8(x.data(), cols, got.data());
+      EXPECT_EQ(want, got) << k->name << " A8 cols=" << cols;
+      std::vector<uint8_t> want_k(A8KRowBytes(cols)), got_k(A8KRowBytes(cols));
+      QuantizeRowA8K(x.data(), cols, reinterpret_cast<BlockA8K*>(want_k.data()));
+      k->quantize_a8k(x.data(), cols, got_k.data());
+      EXPECT_EQ(want_k, got_k) << k->name << " A8K cols=" << cols;
+    }
+  }
+}
+
+const WeightFormat kFormats[] = {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kQ8_0,
+                                 WeightFormat::kQ4K};
+
+WeightMatrix Make(int64_t rows, int64_t cols, WeightFormat f, uint32_t seed) {
+  auto w = WeightMatrix::FromF32(Random(static_cast<size_t>(rows * cols), seed, 0.05f), rows, cols).Quantize(f);
+  EXPECT_TRUE(w.ok());
+  return *w;
+}
+
+// The scalar table against double precision: exact for the float formats up to rounding, and
+// within the activation-rounding bound sum_k |w_k| * (block amax / 254) for the block formats.
+TEST(QuantKernels, ScalarMatchesDoubleReference) {
+  for (WeightFormat f : kFormats) {
+    for (int64_t cols : kCols) {
+      const int64_t rows = 7, n = 3;
+      const WeightMatrix w = Make(rows, cols, f, static_cast<uint32_t>(cols) + 11);
+      const std::vector<float> x = Random(static_cast<size_t>(n * cols), 99, 1.0f);
+      std::vector<float> y(static_cast<size_t>(n * rows));
+      w.MatMulWith(ScalarKernels(), x.data(), n, y.data(), nullptr);
+      const int block = f == WeightFormat::kQ4K ? kQ4KBlock : kQ8Block;
+      std::vector<float> wr(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        w.Row(r, wr.data());
+        for (int64_t i = 0; i < n; ++i) {
+          const float* xi = x.data() + i * cols;
+          double ref = 0, mag = 0, bound = 0;
+          for (int64_t b = 0; b * block < cols; ++b) {
+            double amax = 0;
+            for (int64_t k = b * block; k < std::min(cols, (b + 1) * block); ++k) amax = std::max(amax, std::fabs(double{xi[k]}));
+            for (int64_t k = b * block; k < std::min(cols, (b + 1) * block); ++k) {
+              ref += double{wr[k]} * xi[k];
+              mag += std::fabs(double{wr[k]} * xi[k]);
+              if (IsBlockFormat(f)) bound += std::fabs(double{wr[k]}) * amax / 254.0;
+            }
+          }
+          bound += 1e-5 * mag + 1e-6;
+          EXPECT_NEAR(y[i * rows + r], ref, bound) << WeightFormatName(f) << " cols=" << cols << " r=" << r << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+// Every table against the scalar one on the same quantized weights.
+TEST(QuantKernels, EveryIsaMatchesScalar) {
+  ThreadPool pool(3);
+  for (const MatMulKernels* k : AvailableKernels()) {
+    for (WeightFormat f : kFormats) {
+      for (int64_t rows : {1, 3, 7, 33, 130}) {
+        for (int64_t cols : {32, 48, 64, 96, 300, 4304}) {
+          if (cols == 4304 && rows > 33) continue;
+          const WeightMatrix w = Make(rows, cols, f, static_cast<uint32_t>(rows * 7 + cols));
+          for (int64_t n : {1, 2, 3, 8, 17}) {
+            const std::vector<float> x = Random(static_cast<size_t>(n * cols), static_cast<uint32_t>(n + cols), 1.0f);
+            std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), 0.5f), acc(want.size(), 0.5f);
+            w.MatMulWith(ScalarKernels(), x.data(), n, want.data(), nullptr);
+            w.MatMulWith(*k, x.data(), n, got.data(), n % 2 ? &pool : nullptr);
+            w.MatMulWith(*k, x.data(), n, acc.data(), &pool, /*accumulate=*/true);
+            std::vector<float> wr(static_cast<size_t>(cols));
+            for (int64_t r = 0; r < rows; ++r) {
+              w.Row(r, wr.data());
+              for (int64_t i = 0; i < n; ++i) {
+                // Summation order differs between tables; Q4_K also subtracts a min term, so the
+                // scale includes the row's largest weight.
+                double mag = 0, wmax = 0;
+                for (int64_t c = 0; c < cols; ++c) wmax = std::max(wmax, std::fabs(double{wr[c]}));
+                for (int64_t c = 0; c < cols; ++c) mag += (std::fabs(double{wr[c]}) + wmax) * std::fabs(x[i * cols + c]);
+                const double tol = 1e-5 * mag + 1e-6;
+                const size_t at = static_cast<size_t>(i * rows + r);
+                ASSERT_NEAR(got[at], want[at], tol) << k->name << " " << WeightFormatName(f) << " rows=" << rows
+                                                    << " cols=" << cols << " n=" << n << " r=" << r << " i=" << i;
+                ASSERT_NEAR(acc[at], want[at] + 0.5f, tol + 1e-6) << k->name << " accumulate";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantKernels, ConversionsAndRowsAgree) {
+  const WeightMatrix src = Make(5, 300, WeightFormat::kF32, 3);
+  std::vector<float> a(300), b(300);
+  for (WeightFormat f : kFormats) {
+    auto w = src.Quantize(f);
+    ASSERT_TRUE(w.ok());
+    EXPECT_EQ(w->format(), f);
+    EXPECT_EQ(w->bytes(), w->row_bytes() * 5);
+    // Converting again to the same format is the identity.
+    auto again = w->Quantize(f);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->data(), w->data());
+    for (int64_t r = 0; r < 5; ++r) {
+      src.Row(r, a.data());
+      w->Row(r, b.data());
+      for (int i = 0; i < 300; ++i) EXPECT_NEAR(a[i], b[i], 0.03f) << WeightFormatName(f);
+    }
+  }
+  EXPECT_EQ(ParseQuantMode("q4"), QuantMode::kQ4);
+  EXPECT_EQ(ParseQuantMode("f32"), QuantMode::kNone);
+  EXPECT_FALSE(ParseQuantMode("q5").has_value());
+  EXPECT_EQ(EmbeddingFormat(QuantMode::kQ4), WeightFormat::kQ8_0);
+  EXPECT_EQ(LinearFormat(QuantMode::kQ4), WeightFormat::kQ4K);
+}
+
+}  // namespace
+}  // namespace phi4mm
