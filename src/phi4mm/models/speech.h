@@ -23,6 +23,11 @@ class SpeechModel {
   // `with_image`: the request also has an image (vision-speech projection).
   Result<std::vector<float>> Encode(const AudioFeatures& features, bool with_image, ThreadPool* pool,
                                     TensorTap* tap, const std::string& tap_prefix) const;
+
+ private:
+  struct Weights;  // defined in speech.cc
+  SpeechModel() = default;
+  std::shared_ptr<const Weights> w_;
 };
 
 }  // namespace phi4mm

@@ -1,0 +1,41 @@
+// Generic float32 operators for Conformer-style encoders (no model knowledge): affine LayerNorm
+// rows, swish, ReLU and exact (erf) GELU in place, a gated-swish (GLU) combiner with optional
+// per-half biases, and multi-head self-attention with a per-head relative-position additive bias
+// and an optional boolean attention mask.
+#pragma once
+
+#include <cstdint>
+
+#include "phi4mm/base/thread_pool.h"
+
+namespace phi4mm {
+
+// out[i,:] = (x[i,:] - mean) / sqrt(var + eps) · w + b for n rows of dim (biased variance, as
+// torch.nn.LayerNorm). out may equal x.
+void AffineLayerNormRows(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps,
+                         float* out);
+// x = x · σ(x)  (torch SiLU / "swish").
+void SwishInPlace(float* x, int64_t n);
+void ReluInPlace(float* x, int64_t n);
+// x = 0.5·x·(1 + erf(x/√2))  (torch gelu, approximate="none").
+void ErfGeluInPlace(float* x, int64_t n);
+
+// x [n, 2d] holds [value | gate] per row; out[n, d] = (value + value_bias) · swish(gate + gate_bias).
+// Either bias ([d]) may be nullptr.
+void GatedSwish(const float* x, int64_t n, int64_t d, const float* value_bias, const float* gate_bias, float* out);
+
+struct RelBiasAttentionShape {
+  int64_t seq = 0;      // L: queries = keys
+  int64_t n_heads = 0;  // H
+  int64_t head_dim = 0;
+  float scale = 1.0f;   // multiplies q·k
+};
+
+// out[i, h·d..] = Σ_j softmax_j(scale·q_i·k_j + rel_bias[h, j - i + L - 1]) · v_j over the keys j
+// that `allowed` permits. q, k, v, out: [L, H·head_dim]. rel_bias: [H, 2L-1] or nullptr.
+// allowed: [L, L] (nonzero = query i may see key j) or nullptr for all; disallowed keys get
+// probability exactly 0 (masked_fill -inf, softmax); a row with no allowed key yields zeros.
+void RelBiasSelfAttention(const float* q, const float* k, const float* v, const float* rel_bias,
+                          const uint8_t* allowed, const RelBiasAttentionShape& shape, float* out, ThreadPool* pool);
+
+}  // namespace phi4mm
