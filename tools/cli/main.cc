@@ -1,5 +1,6 @@
 // phi4mm command-line entry point: parses the subcommand and its flags and dispatches.
 #include <cstdio>
+#include <string>
 
 #include "cli_common.h"
 
@@ -36,10 +37,27 @@ int main(int argc, char** argv) {
   tokenize->add_option("--text", text, "Text to tokenize")->required();
   tokenize->add_flag("--chat", tok_chat, "Render the text as a user turn with the chat template first");
 
+  bool known = argc <= 1 || argv[1][0] == '-';
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known = known || sub->get_name() == argv[1];
+  }
+  if (!known) {
+    std::fprintf(stderr, "phi4mm: error: unknown command '%s' (commands: %s; see phi4mm --help)\n", argv[1],
+                 names.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    std::fprintf(stderr, "phi4mm: error: %s (see phi4mm %s--help)\n", e.what(),
+                 argc > 1 && argv[1][0] != '-' ? (std::string(argv[1]) + " ").c_str() : "");
+    return 2;
   }
   if (run->parsed()) return RunCommand(run_model, run_gen, prompt, system, raw, dump_dir, lora);
   if (chat->parsed()) return ChatCommand(chat_model, chat_gen, system);

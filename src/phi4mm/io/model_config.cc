@@ -364,9 +364,13 @@ Status ModelConfig::Validate() const {
       return InvalidArgument("longrope short_factor/long_factor must each have rotary_dim/2 = " +
                              std::to_string(nfreq) + " entries, got " + std::to_string(t.rope_short_factor.size()) +
                              " and " + std::to_string(t.rope_long_factor.size()));
-    if (t.original_max_position_embeddings <= 0)
-      return InvalidArgument("longrope needs original_max_position_embeddings");
+    if (t.original_max_position_embeddings < 2)
+      return InvalidArgument("longrope needs original_max_position_embeddings >= 2, got " +
+                             std::to_string(t.original_max_position_embeddings));
   }
+  if (!std::isfinite(t.rope_attention_factor) || t.rope_attention_factor <= 0)
+    return InvalidArgument("the LongRoPE attention factor must be a positive finite number, got " +
+                           std::to_string(t.rope_attention_factor));
   for (const LoraAdapterConfig* l : {&vision_lora, &speech_lora})
     if (l->present && l->rank <= 0) return InvalidArgument("LoRA rank must be positive");
   return Status::Ok();
