@@ -4,8 +4,10 @@
 // (n = 64 / 512, reported as GFLOP/s), plus a streaming-read bandwidth reference (1 and all
 // threads) so the GEMV numbers can be read as a fraction of the memory ceiling.
 //   phi4mm_kernels_bench --benchmark_filter=Gemv   (decode only)
+// PHI4MM_BENCH_THREADS=n sets the matmul pool size (default: one thread per core).
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -19,7 +21,7 @@ namespace phi4mm {
 namespace {
 
 ThreadPool& Pool() {
-  static ThreadPool pool(0);
+  static ThreadPool pool(std::getenv("PHI4MM_BENCH_THREADS") ? std::atoi(std::getenv("PHI4MM_BENCH_THREADS")) : 0);
   return pool;
 }
 
@@ -87,9 +89,9 @@ void DecoderShapes(benchmark::internal::Benchmark* b, bool gemv) {
 BENCHMARK(BM_MatMul)->Name("Gemv")->Apply([](auto* b) { DecoderShapes(b, true); })->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MatMul)->Name("Gemm")->Apply([](auto* b) { DecoderShapes(b, false); })->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// Sums a 512 MiB buffer split over `threads` threads of the pool.
+// Sums a 512 MiB buffer split over `threads` threads (0: as many as the matmul pool has).
 void BM_StreamRead(benchmark::State& state) {
-  const int threads = static_cast<int>(state.range(0));
+  const int threads = state.range(0) == 0 ? Pool().num_threads() : static_cast<int>(state.range(0));
   static std::vector<uint64_t> buf(size_t{64} << 20, 1);
   std::vector<uint64_t> sums(static_cast<size_t>(threads));
   ThreadPool pool(threads);
@@ -107,7 +109,7 @@ void BM_StreamRead(benchmark::State& state) {
   }
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(buf.size() * 8) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_StreamRead)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StreamRead)->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace phi4mm
