@@ -202,6 +202,57 @@ INSTANTIATE_TEST_SUITE_P(Speech, SpeechEndToEnd,
                                             ::testing::Values("audio_alone", "two_clips", "image_audio")),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
+// chunk_size > 0 (not used by the released model, whose chunk_size is -1): with chunks of 2
+// encoder frames a frame sees its own chunk and left_chunk chunks before it. Frames 0-1 then never
+// see later frames (the conv is causal): they depend on encoder frames 0-1 only, i.e. log-mel
+// frames < 16. Going left, one block takes frame i back to the start of chunk(j) - left_chunk for
+// the conv taps j in [i-2, i]; over the two blocks frames 8-9 reach back to encoder frame 4 with
+// left_chunk 0 (so not to log-mel frames < 9) but to frame 0 with left_chunk 1. Perturbing the
+// log-mel outside a dependency range must leave those outputs bit-identical; inside it (or with
+// full attention) not.
+TEST(SpeechStreamingMask, ChunksAndLeftChunkLimitTheContext) {
+  auto model = LoadLayout("native");
+  ASSERT_NE(model, nullptr);
+  ModelConfig cfg = model->config();
+  cfg.audio.chunk_size = 2;
+  cfg.audio.left_chunk = 0;
+  auto streaming = SpeechModel::Load(model->checkpoint(), cfg);
+  ASSERT_TRUE(streaming.ok()) << streaming.status().ToString();
+  cfg.audio.left_chunk = 1;
+  auto wider = SpeechModel::Load(model->checkpoint(), cfg);
+  ASSERT_TRUE(wider.ok()) << wider.status().ToString();
+  auto full = LoadSpeech(*model);
+  ASSERT_NE(full, nullptr);
+  auto file = SafetensorsFile::Open(FixturePath(std::string(kDir) + "clip_short.safetensors"));
+  ASSERT_TRUE(file.ok());
+  const AudioFeatures base = ClipFeatures(file->tensors(), 10);
+  const int64_t d = cfg.audio.hidden_size;
+  auto encode = [&](const SpeechModel& m, const AudioFeatures& f) {
+    test::MemoryTap tap;
+    auto r = m.Encode(f, false, model->pool(), &tap, "");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return tap.tensors["encoder_output"].data;
+  };
+  auto rows = [&](const std::vector<float>& v, int64_t r0, int64_t r1) {
+    return std::vector<float>(v.begin() + r0 * d, v.begin() + r1 * d);
+  };
+  AudioFeatures late = base, early = base;
+  for (int64_t t = 24; t < base.frames; ++t)
+    for (int64_t m = 0; m < 80; ++m) late.log_mel[static_cast<size_t>(t * 80 + m)] += 1.5f;
+  for (int64_t t = 0; t < 9; ++t)
+    for (int64_t m = 0; m < 80; ++m) early.log_mel[static_cast<size_t>(t * 80 + m)] -= 1.5f;
+  const std::vector<float> s_base = encode(**streaming, base), s_late = encode(**streaming, late),
+                           s_early = encode(**streaming, early);
+  ASSERT_EQ(s_base.size(), static_cast<size_t>(10 * d));
+  EXPECT_EQ(rows(s_base, 0, 2), rows(s_late, 0, 2));
+  EXPECT_NE(rows(s_base, 2, 10), rows(s_late, 2, 10));
+  EXPECT_EQ(rows(s_base, 8, 10), rows(s_early, 8, 10));
+  EXPECT_NE(rows(s_base, 0, 8), rows(s_early, 0, 8));
+  EXPECT_NE(rows(encode(**wider, base), 8, 10), rows(encode(**wider, early), 8, 10));
+  const std::vector<float> f_base = encode(*full, base), f_late = encode(*full, late);
+  EXPECT_NE(rows(f_base, 0, 2), rows(f_late, 0, 2));
+}
+
 TEST(SpeechErrors, RejectsBadFeatures) {
   auto model = LoadLayout("native");
   ASSERT_NE(model, nullptr);
