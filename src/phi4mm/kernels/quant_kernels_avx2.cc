@@ -133,14 +133,21 @@ struct Q4KImpl {
       __m256i isum[R][N];
       for (int r = 0; r < R; ++r)
         for (int i = 0; i < N; ++i) isum[r][i] = _mm256_setzero_si256();
+      // The 8 sub-scales as int16 in both 128-bit lanes; sub-block j is broadcast with one shuffle.
+      __m256i sc[R];
+      for (int r = 0; r < R; ++r)
+        sc[r] = _mm256_broadcastsi128_si256(
+            _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].scales))));
       for (int c = 0; c < 4; ++c) {
+        const __m256i pick_l = _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * (2 * c)));
+        const __m256i pick_h = _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * (2 * c + 1)));
         __m256i lo[R], hi[R], sl[R], sh[R];
         for (int r = 0; r < R; ++r) {
           const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs + c * 32));
           lo[r] = _mm256_and_si256(bits, m4);
           hi[r] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-          sl[r] = _mm256_set1_epi16(w[r][b].scales[2 * c]);
-          sh[r] = _mm256_set1_epi16(w[r][b].scales[2 * c + 1]);
+          sl[r] = _mm256_shuffle_epi8(sc[r], pick_l);
+          sh[r] = _mm256_shuffle_epi8(sc[r], pick_h);
         }
         for (int i = 0; i < N; ++i) {
           const __m256i al = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i][b].qs + c * 64));
