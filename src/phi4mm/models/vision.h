@@ -12,6 +12,7 @@
 #include "phi4mm/base/tensor_tap.h"
 #include "phi4mm/base/thread_pool.h"
 #include "phi4mm/io/checkpoint.h"
+#include "phi4mm/kernels/weight_matrix.h"
 #include "phi4mm/preprocess/image_processor.h"
 
 namespace phi4mm {
@@ -23,6 +24,32 @@ class VisionModel {
   // the image go through the encoder as one batch. Taps use `tap_prefix` (e.g. "image.0.").
   Result<std::vector<float>> Encode(const ProcessedImage& image, ThreadPool* pool, TensorTap* tap,
                                     const std::string& tap_prefix) const;
+
+ private:
+  struct Linear {
+    WeightMatrix w;          // [out, in]
+    std::vector<float> b;    // [out]
+  };
+  struct Layer {
+    std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;  // [hidden]
+    Linear q, k, v, out, fc1, fc2;
+  };
+  VisionModel() = default;
+  void Apply(const Linear& l, const float* x, int64_t n, float* y, ThreadPool* pool) const;
+  // The encoder up to hidden state `feature_layer` for a batch of crops: pixels [B, 3, S, S],
+  // mask [B, P, P] -> features [B, P*P, hidden].
+  Result<std::vector<float>> EncodeCrops(const float* pixels, const uint8_t* mask, int64_t B, ThreadPool* pool,
+                                         TensorTap* tap, const std::string& tap_prefix) const;
+
+  VisionConfig cfg_;
+  int64_t text_hidden_ = 0;
+  int64_t patches_per_side_ = 0;
+  int64_t layers_to_run_ = 0;  // encoder layers that feed hidden_states[feature_layer]
+  Linear patch_;               // conv 14x14 stride 14 as [hidden, 3*14*14]
+  WeightMatrix position_;      // [patches_per_side^2, hidden]
+  std::vector<Layer> layers_;
+  std::vector<float> glb_gn_, sub_gn_;  // [hidden] each
+  Linear proj_up_, proj_down_;          // hidden -> text hidden -> text hidden
 };
 
 }  // namespace phi4mm

@@ -1,0 +1,144 @@
+// Generic float32 vision-transformer operators: LayerNorm, GELU (tanh and erf), bias rows,
+// masked bidirectional batch attention and 2x2 average pooling. Scalar reference versions.
+#include "phi4mm/kernels/vision_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "phi4mm/kernels/ops.h"
+#include "phi4mm/kernels/weight_matrix.h"
+
+namespace phi4mm {
+
+void LayerNorm(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps, float* out,
+               ThreadPool* pool) {
+  auto rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xi = x + r * dim;
+      float* oi = out + r * dim;
+      double mean = 0;
+      for (int64_t j = 0; j < dim; ++j) mean += xi[j];
+      mean /= static_cast<double>(dim);
+      double var = 0;
+      for (int64_t j = 0; j < dim; ++j) {
+        const double d = xi[j] - mean;
+        var += d * d;
+      }
+      var /= static_cast<double>(dim);
+      const double rstd = 1.0 / std::sqrt(var + static_cast<double>(eps));
+      for (int64_t j = 0; j < dim; ++j)
+        oi[j] = static_cast<float>((xi[j] - mean) * rstd) * w[j] + b[j];
+    }
+  };
+  if (pool) {
+    pool->ParallelFor(n, rows, 64);
+  } else {
+    rows(0, n);
+  }
+}
+
+void GeluTanhInPlace(float* x, int64_t n) {
+  const float kBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+  const float kKappa = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float inner = kBeta * (v + kKappa * v * v * v);
+    x[i] = 0.5f * v * (1.0f + std::tanh(inner));
+  }
+}
+
+void GeluErfInPlace(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    x[i] = v * 0.5f * (1.0f + std::erf(v * static_cast<float>(M_SQRT1_2)));
+  }
+}
+
+void AddBiasRows(float* y, const float* bias, int64_t n, int64_t dim) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < dim; ++j) y[i * dim + j] += bias[j];
+}
+
+void BidirectionalAttention(const float* q, const float* k, const float* v, const uint8_t* key_valid,
+                            const BatchAttentionShape& s, float* out, ThreadPool* pool) {
+  const int64_t width = s.n_heads * s.head_dim, hd = s.head_dim, S = s.seq;
+  // One task = (sequence, head, block of query rows).
+  constexpr int64_t kRowsPerTask = 64;
+  const int64_t blocks = (S + kRowsPerTask - 1) / kRowsPerTask;
+  const int64_t tasks = s.batch * s.n_heads * blocks;
+  auto run = [&](int64_t t0, int64_t t1) {
+    std::vector<float> scores(static_cast<size_t>(S));
+    std::vector<int64_t> keys;
+    keys.reserve(static_cast<size_t>(S));
+    std::vector<double> acc(static_cast<size_t>(hd));
+    int64_t keys_for = -1;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / (s.n_heads * blocks);
+      const int64_t h = (t / blocks) % s.n_heads;
+      const int64_t blk = t % blocks;
+      if (keys_for != b) {
+        keys.clear();
+        for (int64_t j = 0; j < S; ++j)
+          if (key_valid == nullptr || key_valid[b * S + j] != 0) keys.push_back(j);
+        if (keys.empty())
+          for (int64_t j = 0; j < S; ++j) keys.push_back(j);
+        keys_for = b;
+      }
+      const int64_t nk = static_cast<int64_t>(keys.size());
+      const float* kb = k + b * S * width + h * hd;
+      const float* vb = v + b * S * width + h * hd;
+      const int64_t i1 = std::min(S, (blk + 1) * kRowsPerTask);
+      for (int64_t i = blk * kRowsPerTask; i < i1; ++i) {
+        const float* qi = q + (b * S + i) * width + h * hd;
+        for (int64_t j = 0; j < nk; ++j) scores[j] = DotF32(qi, kb + keys[j] * width, hd) * s.scale;
+        SoftmaxInPlace(scores.data(), nk);
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t j = 0; j < nk; ++j) {
+          const float p = scores[j];
+          const float* vj = vb + keys[j] * width;
+          for (int64_t d = 0; d < hd; ++d) acc[d] += static_cast<double>(p) * vj[d];
+        }
+        float* oi = out + (b * S + i) * width + h * hd;
+        for (int64_t d = 0; d < hd; ++d) oi[d] = static_cast<float>(acc[d]);
+      }
+    }
+  };
+  if (pool) {
+    pool->ParallelFor(tasks, run, 1);
+  } else {
+    run(0, tasks);
+  }
+}
+
+void AvgPool2x2(const float* x, int64_t batch, int64_t h, int64_t w, int64_t c, float* out, ThreadPool* pool) {
+  const int64_t oh = (h + 1) / 2, ow = (w + 1) / 2;
+  // Reflection padding by one: index h maps to h - 2 (the row before the last).
+  auto src_row = [h](int64_t r) { return r < h ? r : h - 2; };
+  auto src_col = [w](int64_t col) { return col < w ? col : w - 2; };
+  auto run = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / oh, r = t % oh;
+      for (int64_t col = 0; col < ow; ++col) {
+        float* o = out + ((b * oh + r) * ow + col) * c;
+        const float* p[4];
+        int n = 0;
+        for (int64_t dr = 0; dr < 2; ++dr)
+          for (int64_t dc = 0; dc < 2; ++dc)
+            p[n++] = x + ((b * h + src_row(2 * r + dr)) * w + src_col(2 * col + dc)) * c;
+        for (int64_t ch = 0; ch < c; ++ch) {
+          float sum = 0.0f;
+          for (int i = 0; i < 4; ++i) sum += p[i][ch];
+          o[ch] = sum / 4.0f;
+        }
+      }
+    }
+  };
+  if (pool) {
+    pool->ParallelFor(batch * oh, run, 4);
+  } else {
+    run(0, batch * oh);
+  }
+}
+
+}  // namespace phi4mm
