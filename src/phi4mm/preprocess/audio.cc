@@ -112,10 +112,10 @@ Result<AudioClip> ReadAll(SNDFILE* snd, const SF_INFO& info, const std::string& 
   // libsndfile 1.2.0's MPEG reader gives results that depend on the read size (reads of 576-1152
   // frames corrupt whole MP3 frames; 4608-16384 still change boundary samples by ~6e-8), while
   // one read of the whole stream equals soundfile.read. So MP3 is read in one call when the header
-  // gives its length (up to 8M frames per call); other formats stream in 16384-frame chunks.
+  // gives its length (up to 8M samples per call); other formats stream in 16384-frame chunks.
   sf_count_t chunk = 16384;
   if ((info.format & SF_FORMAT_TYPEMASK) == SF_FORMAT_MPEG) {
-    chunk = std::clamp<sf_count_t>(info.frames, 16384, sf_count_t{1} << 23);
+    chunk = std::clamp<sf_count_t>(info.frames, 16384, (sf_count_t{1} << 23) / channels);
   }
   const sf_count_t kChunk = chunk;
   // soundfile.read seeks to the start (sf_seek(0, SEEK_SET), _prepare_read) before reading; for
