@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "phi4mm/kernels/vision_ops.h"
 #include "phi4mm/models/vision.h"
 #include "phi4mm/models/vision_position.h"
 #include "phi4mm/runtime/chat.h"
@@ -131,6 +132,52 @@ TEST(VisionPosition, BucketsMatchTorch) {
   // A full crop numbers its patches row-major.
   const std::vector<int64_t> ids = NavitPositionIds(32, 32, 32);
   for (int64_t i = 0; i < 1024; ++i) ASSERT_EQ(ids[i], i);
+}
+
+TEST(VisionOps, AvgPoolReflectsOddSizes) {
+  // 3x3 map, one channel: padded by reflection to [[1 2 3 2] [4 5 6 5] [7 8 9 8] [4 5 6 5]].
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  std::vector<float> out(4);
+  AvgPool2x2(x.data(), 1, 3, 3, 1, out.data(), nullptr);
+  EXPECT_EQ(out, (std::vector<float>{3, 4, 6, 7}));
+}
+
+TEST(VisionOps, AttentionIgnoresMaskedKeys) {
+  // One sequence of 3 positions, one head of dim 1: key 2 is masked, so its huge value is unseen.
+  const std::vector<float> q = {1, 1, 1}, k = {0, 0, 0}, v = {2, 4, 1000};
+  const std::vector<uint8_t> valid = {1, 1, 0};
+  std::vector<float> out(3);
+  BidirectionalAttention(q.data(), k.data(), v.data(), valid.data(), {1, 3, 1, 1, 1.0f}, out.data(), nullptr);
+  EXPECT_EQ(out, (std::vector<float>{3, 3, 3}));
+  const std::vector<uint8_t> none = {0, 0, 0};  // no valid key: uniform over all (finfo.min mask semantics)
+  BidirectionalAttention(q.data(), k.data(), v.data(), none.data(), {1, 3, 1, 1, 1.0f}, out.data(), nullptr);
+  EXPECT_NEAR(out[0], 1006.0f / 3.0f, 1e-3);
+}
+
+TEST(VisionErrors, RejectsInconsistentImages) {
+  auto model = LoadModel(FixturePath("tiny/native"));
+  ASSERT_NE(model, nullptr);
+  auto vision = VisionModel::Load(model->checkpoint(), model->config());
+  ASSERT_TRUE(vision.ok()) << vision.status().ToString();
+  const ProcessedImage good = LoadImage("A");
+  auto expect_invalid = [&](const ProcessedImage& img, const std::string& needle) {
+    auto r = (*vision)->Encode(img, model->pool(), nullptr, "");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  ProcessedImage bad = good;
+  bad.num_tokens += 1;
+  expect_invalid(bad, "placeholder tokens");
+  bad = good;
+  bad.attention_mask[1 * 1024 + 5] = 0;  // a hole in a valid row of the HD crop
+  expect_invalid(bad, "top-left rectangle");
+  bad = good;
+  bad.hd_width = 896;  // a 1x2 grid needs 3 crops
+  expect_invalid(bad, "crops");
+  bad = good;
+  bad.pixel_values.pop_back();
+  expect_invalid(bad, "pixel_values");
 }
 
 class VisionFeatures : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
