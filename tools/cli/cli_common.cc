@@ -36,6 +36,10 @@ GenerateOptions GenerationFlags::ToOptions() const {
 void ModelFlags::Register(CLI::App* app) {
   app->add_option("-m,--model", dir, "Checkpoint folder (Hugging Face layout)")->required();
   app->add_option("-t,--threads", threads, "Worker threads; 0 = one per core")->capture_default_str();
+  app->add_option("--quant", quant,
+                  "Decoder weight format, converted at load: none (as stored), bf16, q8 (8-bit blocks), "
+                  "q4 (4-bit blocks with an 8-bit embedding/lm_head)")
+      ->capture_default_str();
   app->add_flag("-v,--verbose", verbose, "Print load and generation timings to stderr");
 }
 
@@ -48,11 +52,14 @@ Result<std::shared_ptr<const Model>> LoadModel(const ModelFlags& flags) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadOptions opts;
   opts.num_threads = flags.threads;
+  const std::optional<QuantMode> quant = ParseQuantMode(flags.quant);
+  if (!quant) return InvalidArgument("--quant must be none, bf16, q8 or q4, got '" + flags.quant + "'");
+  opts.quant = *quant;
   auto m = Model::Load(flags.dir, opts);
   if (m.ok() && flags.verbose) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "[phi4mm] loaded %s (%s) in %.2f s, %d threads\n", flags.dir.c_str(),
-                 LayoutName((*m)->config().layout), s, (*m)->pool()->num_threads());
+    std::fprintf(stderr, "[phi4mm] loaded %s (%s, decoder weights: %s) in %.2f s, %d threads\n", flags.dir.c_str(),
+                 LayoutName((*m)->config().layout), QuantModeName(opts.quant), s, (*m)->pool()->num_threads());
   }
   return m;
 }

@@ -28,6 +28,7 @@ struct GenerationFlags {
 
 struct ModelFlags {
   std::string dir;
+  std::string quant = "none";
   int threads = 0;
   bool verbose = false;
   void Register(CLI::App* app);
