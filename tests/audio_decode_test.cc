@@ -153,6 +153,12 @@ TEST(AudioFeatureErrors, BadClipsAreRejected) {
   short48.sample_rate = 48000;
   short48.samples.resize(1000);  // 334 samples at 16 kHz
   expect_error(short48, "shorter than one");
+  AudioClip loud = ok;
+  loud.samples[100] = 3e30f;
+  expect_error(loud, "overflows the float32 spectrum");
+  AudioClip above_one = ok;
+  above_one.samples[100] = 1.5f;  // float files may exceed [-1, 1] a little; that is accepted
+  EXPECT_TRUE(ComputeAudioFeatures(above_one).ok());
   AudioFeatureOptions bad_opts;
   bad_opts.compression_rate = 0;
   auto r = ComputeAudioFeatures(ok, bad_opts);

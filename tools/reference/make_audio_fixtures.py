@@ -156,17 +156,12 @@ def q16(x):
 
 
 def fnv1a64(data):
+    """FNV-1a 64 over bytes (a plain byte loop, so only used for clips up to 200000 samples)."""
     h = 0xCBF29CE484222325
     for b in data:
         h ^= b
         h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return h
-
-
-def fnv1a64_fast(arr_f32):
-    # Same as fnv1a64 over the bytes, vectorised per 8-byte word is not equivalent; keep exact but
-    # only over at most a few MB.
-    return fnv1a64(arr_f32.astype("<f4").tobytes())
 
 
 def decoded_mono(path):
@@ -241,7 +236,7 @@ def main():
         entry = {
             "file": name, "kind": kind, "sample_rate": fs, "num_samples": int(len(wav)),
             "channels": int(sf.info(os.path.join(OUT, name)).channels),
-            "samples_fnv1a64": "%016x" % fnv1a64_fast(mono32) if len(mono32) <= 200000 else None,
+            "samples_fnv1a64": "%016x" % fnv1a64(mono32.astype("<f4").tobytes()) if len(mono32) <= 200000 else None,
             "sample_probe_stride": 97,
             "sample_probe": [float(v) for v in mono32[::97][:64]],
             "frames": int(feats.shape[0]), "frame_stride": stride, "features": "features/" + sha + ".f32",

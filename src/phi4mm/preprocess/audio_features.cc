@@ -8,6 +8,7 @@
 // division of the rate) this follows the intent instead: see docs/reference-deviations.md, Audio.
 #include "phi4mm/preprocess/audio_features.h"
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <numbers>
@@ -157,6 +158,17 @@ Result<AudioFeatures> ComputeAudioFeatures(const AudioClip& clip, const AudioFea
   }
   if (!feats.ok()) return feats.status();
   AudioFeatures out = std::move(feats).value();
+  // Float files may hold any finite value; samples beyond ~1e11 overflow the float32 power
+  // spectrum to inf, as they would in the original. Refuse rather than hand inf to the encoder.
+  for (float v : out.log_mel) {
+    if (!std::isfinite(v)) {
+      float peak = 0.0f;
+      for (float s : clip.samples) peak = std::max(peak, std::abs(s));
+      return InvalidArgument("the audio's amplitude (peak |sample| = " + std::to_string(peak) +
+                             ") overflows the float32 spectrum; audio samples should lie in [-1, 1], so "
+                             "normalise the file");
+    }
+  }
   // audio_frames = len(features) * audio_feat_stride (1 for this checkpoint).
   out.num_tokens = AudioEmbedSize(out.frames, opts.compression_rate, opts.downsample_rate);
   return out;
