@@ -1,20 +1,42 @@
-// CPUID feature detection (GCC/Clang builtins; all false on non-x86 targets).
+// CPUID feature detection through <cpuid.h> (works with GCC and Clang alike), including the OS
+// check (XGETBV) that the AVX / AVX-512 register state is enabled; all false on non-x86 targets.
 #include "phi4mm/kernels/cpu_features.h"
+
+#include <cstdint>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 namespace phi4mm {
 
 namespace {
 
+#if defined(__x86_64__) || defined(__i386__)
+uint64_t Xgetbv0() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+#endif
+
 CpuFeatures Detect() {
   CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  f.avx2 = __builtin_cpu_supports("avx2");
-  f.fma = __builtin_cpu_supports("fma");
-  f.f16c = __builtin_cpu_supports("f16c");
-  f.avx512f = __builtin_cpu_supports("avx512f");
-  f.avx512bw = __builtin_cpu_supports("avx512bw");
-  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = (c >> 27) & 1;
+  const uint64_t xcr0 = osxsave ? Xgetbv0() : 0;
+  const bool avx_state = (xcr0 & 0x6) == 0x6;          // XMM and YMM state
+  const bool avx512_state = (xcr0 & 0xe6) == 0xe6;     // plus opmask and ZMM state
+  f.fma = avx_state && ((c >> 12) & 1);
+  f.f16c = avx_state && ((c >> 29) & 1);
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    f.avx2 = avx_state && ((b >> 5) & 1);
+    f.avx512f = avx512_state && ((b >> 16) & 1);
+    f.avx512bw = avx512_state && ((b >> 30) & 1);
+    f.avx512vnni = avx512_state && ((c >> 11) & 1);
+  }
 #endif
   return f;
 }
