@@ -33,6 +33,44 @@ GenerateOptions GenerationFlags::ToOptions() const {
   return o;
 }
 
+void MediaFlags::Register(CLI::App* app) {
+  app->add_option("--image", images, "An image file (JPEG, PNG, BMP, GIF, PPM/PGM, WebP); repeatable");
+  app->add_option("--audio", audios, "An audio file (WAV, FLAC, OGG, MP3); repeatable");
+  app->add_option("--dynamic-hd", dynamic_hd,
+                  "Maximum 448x448 crops per image (the checkpoint's preprocessor_config.json by default; "
+                  "each crop costs ~272 prompt tokens)");
+}
+
+Result<MediaInputs> MediaFlags::Load() const {
+  MediaInputs m;
+  for (const std::string& path : images) {
+    auto img = DecodeImageFile(path);
+    if (!img.ok()) return img.status().WithContext("--image " + path);
+    m.images.push_back(std::move(img).value());
+  }
+  for (const std::string& path : audios) {
+    auto clip = DecodeAudioFile(path);
+    if (!clip.ok()) return clip.status().WithContext("--audio " + path);
+    m.audios.push_back(std::move(clip).value());
+  }
+  return m;
+}
+
+PromptOptions MediaFlags::ToPromptOptions() const {
+  PromptOptions o;
+  o.dynamic_hd = dynamic_hd;
+  return o;
+}
+
+Result<std::string> RenderUserPrompt(const std::string& prompt, const std::string& system, bool raw,
+                                     size_t num_images, size_t num_audios) {
+  if (raw) return prompt;
+  std::vector<ChatMessage> msgs;
+  if (!system.empty()) msgs.push_back({"system", system, std::nullopt});
+  msgs.push_back({"user", WithDefaultPlaceholders(prompt, num_images, num_audios), std::nullopt});
+  return RenderChatPrompt(msgs, true);
+}
+
 void ModelFlags::Register(CLI::App* app) {
   app->add_option("-m,--model", dir, "Checkpoint folder (Hugging Face layout)")->required();
   app->add_option("-t,--threads", threads, "Worker threads; 0 = one per core")->capture_default_str();

@@ -10,6 +10,7 @@
 
 #include "phi4mm/base/tensor_tap.h"
 #include "phi4mm/runtime/chat.h"
+#include "phi4mm/runtime/media.h"
 
 namespace phi4mm::cli {
 
@@ -25,6 +26,21 @@ struct GenerationFlags {
   void Register(CLI::App* app);
   GenerateOptions ToOptions() const;
 };
+
+// --image / --audio / --dynamic-hd, shared by run, count and tokenize.
+struct MediaFlags {
+  std::vector<std::string> images;
+  std::vector<std::string> audios;
+  int64_t dynamic_hd = 0;
+  void Register(CLI::App* app);
+  Result<MediaInputs> Load() const;
+  PromptOptions ToPromptOptions() const;
+};
+
+// The user turn (optionally after a system turn) rendered with the chat template, with
+// placeholders prepended for the media when the prompt has none; `raw` uses the prompt as is.
+Result<std::string> RenderUserPrompt(const std::string& prompt, const std::string& system, bool raw,
+                                     size_t num_images, size_t num_audios);
 
 struct ModelFlags {
   std::string dir;
@@ -53,10 +69,11 @@ class NpyDumper : public TensorTap {
   Status status_;
 };
 
-int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const std::string& prompt, const std::string& system,
-               bool raw, const std::string& dump_dir, const std::string& lora);
-int ChatCommand(const ModelFlags& mf, const GenerationFlags& gf, const std::string& system);
+int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags& media, const std::string& prompt,
+               const std::string& system, bool raw, const std::string& dump_dir, const std::string& lora);
+int ChatCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags& media, const std::string& system);
 int InfoCommand(const ModelFlags& mf, bool json);
-int TokenizeCommand(const ModelFlags& mf, const std::string& text, bool chat);
+int TokenizeCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& text, bool chat);
+int CountCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& prompt, const std::string& system);
 
 }  // namespace phi4mm::cli

@@ -78,19 +78,59 @@ int InfoCommand(const ModelFlags& mf, bool as_json) {
   return 0;
 }
 
-int TokenizeCommand(const ModelFlags& mf, const std::string& text, bool chat) {
-  auto tok = Tokenizer::LoadFromDir(mf.dir);
-  if (!tok.ok()) return ReportError(tok.status());
-  std::string rendered = text;
-  if (chat) {
-    const ChatMessage msg{"user", text, std::nullopt};
-    auto r = RenderChatPrompt(std::span(&msg, 1), true);
-    if (!r.ok()) return ReportError(r.status());
-    rendered = *r;
-  }
-  auto ids = EncodePrompt(**tok, rendered);
-  if (!ids.ok()) return ReportError(ids.status());
-  std::printf("%s\n", nlohmann::json(*ids).dump().c_str());
+namespace {
+
+// Config and tokenizer only: counting and tokenizing never map the weights.
+struct TextSide {
+  ModelConfig config;
+  std::shared_ptr<const Tokenizer> tokenizer;
+};
+
+Result<TextSide> LoadTextSide(const std::string& dir) {
+  TextSide t;
+  PHI4MM_ASSIGN_OR_RETURN(t.config, ModelConfig::LoadFromDir(dir));
+  PHI4MM_ASSIGN_OR_RETURN(t.tokenizer, Tokenizer::LoadFromDir(dir));
+  return t;
+}
+
+}  // namespace
+
+int TokenizeCommand(const ModelFlags& mf, const MediaFlags& mflags, const std::string& text, bool chat) {
+  auto side = LoadTextSide(mf.dir);
+  if (!side.ok()) return ReportError(side.status());
+  auto media = mflags.Load();
+  if (!media.ok()) return ReportError(media.status());
+  auto rendered = RenderUserPrompt(text, "", !chat, media->images.size(), media->audios.size());
+  if (!rendered.ok()) return ReportError(rendered.status());
+  std::vector<int32_t> ids;
+  auto count = CountPrompt(side->config, *side->tokenizer, *rendered, *media, mflags.ToPromptOptions(), &ids);
+  if (!count.ok()) return ReportError(count.status());
+  std::printf("%s\n", nlohmann::json(ids).dump().c_str());
+  return 0;
+}
+
+int CountCommand(const ModelFlags& mf, const MediaFlags& mflags, const std::string& prompt, const std::string& system) {
+  auto side = LoadTextSide(mf.dir);
+  if (!side.ok()) return ReportError(side.status());
+  auto media = mflags.Load();
+  if (!media.ok()) return ReportError(media.status());
+  auto rendered = RenderUserPrompt(prompt, system, false, media->images.size(), media->audios.size());
+  if (!rendered.ok()) return ReportError(rendered.status());
+  auto count = CountPrompt(side->config, *side->tokenizer, *rendered, *media, mflags.ToPromptOptions());
+  if (!count.ok()) return ReportError(count.status());
+  const int64_t ctx = side->config.text.max_position_embeddings;
+  nlohmann::json j;
+  j["images"] = nlohmann::json::array();
+  for (size_t k = 0; k < count->image_tokens.size(); ++k)
+    j["images"].push_back({{"file", mflags.images[k]}, {"tokens", count->image_tokens[k]}});
+  j["audios"] = nlohmann::json::array();
+  for (size_t k = 0; k < count->audio_tokens.size(); ++k)
+    j["audios"].push_back({{"file", mflags.audios[k]}, {"tokens", count->audio_tokens[k]}});
+  j["text_tokens"] = count->text_tokens;
+  j["total_tokens"] = count->total_tokens;
+  j["context_length"] = ctx;
+  j["fits_context"] = count->total_tokens < ctx;
+  std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
 

@@ -1,4 +1,5 @@
-// `phi4mm run`: one prompt, answer streamed to stdout; optional --dump of named tensors.
+// `phi4mm run`: one prompt (with optional images and audio), answer streamed to stdout; optional
+// --dump of named tensors.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -26,48 +27,50 @@ Status WriteIds(const std::string& path, const std::vector<int32_t>& ids) {
 
 }  // namespace
 
-int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const std::string& prompt_arg, const std::string& system,
-               bool raw, const std::string& dump_dir, const std::string& lora) {
+int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags& mflags, const std::string& prompt_arg,
+               const std::string& system, bool raw, const std::string& dump_dir, const std::string& lora) {
   std::string prompt = prompt_arg;
   if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   const GenerateOptions opts = gf.ToOptions();
   if (Status st = opts.Validate(); !st.ok()) return ReportError(st);
+  auto media = mflags.Load();
+  if (!media.ok()) return ReportError(media.status());
+  auto rendered = RenderUserPrompt(prompt, system, raw, media->images.size(), media->audios.size());
+  if (!rendered.ok()) return ReportError(rendered.status());
   auto model = LoadModel(mf);
   if (!model.ok()) return ReportError(model.status());
 
-  std::string rendered = prompt;
-  if (!raw) {
-    std::vector<ChatMessage> msgs;
-    if (!system.empty()) msgs.push_back({"system", system, std::nullopt});
-    msgs.push_back({"user", prompt, std::nullopt});
-    auto r = RenderChatPrompt(msgs, true);
-    if (!r.ok()) return ReportError(r.status());
-    rendered = *r;
-  }
-  auto ids = EncodePrompt((*model)->tokenizer(), rendered);
-  if (!ids.ok()) return ReportError(ids.status());
-  auto mode = ParseLoraOverride(lora, LoraModeForInputs(false, false));
-  if (!mode.ok()) return ReportError(mode.status());
-
-  Session session(*model);
   std::unique_ptr<NpyDumper> dumper;
   if (!dump_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(dump_dir, ec);
     if (ec) return ReportError(InvalidArgument("cannot create dump folder '" + dump_dir + "': " + ec.message()));
     dumper = std::make_unique<NpyDumper>(dump_dir);
-    session.SetTap(dumper.get());
   }
-  auto res = session.Generate(*ids, *mode, opts, [](std::string_view t) {
+  auto prepared = PreparePrompt(**model, *rendered, *media, mflags.ToPromptOptions(), dumper.get());
+  if (!prepared.ok()) return ReportError(prepared.status());
+  auto mode = ParseLoraOverride(lora, prepared->mode);
+  if (!mode.ok()) return ReportError(mode.status());
+  if (mf.verbose) {
+    std::fprintf(stderr, "[phi4mm] prompt: %lld tokens (%lld text", static_cast<long long>(prepared->count.total_tokens),
+                 static_cast<long long>(prepared->count.text_tokens));
+    for (int64_t n : prepared->count.image_tokens) std::fprintf(stderr, ", image %lld", static_cast<long long>(n));
+    for (int64_t n : prepared->count.audio_tokens) std::fprintf(stderr, ", audio %lld", static_cast<long long>(n));
+    std::fprintf(stderr, "), LoRA %s\n", LoraModeName(*mode));
+  }
+
+  Session session(*model);
+  if (dumper) session.SetTap(dumper.get());
+  auto res = session.Generate(prepared->ids, *mode, opts, [](std::string_view t) {
     std::fwrite(t.data(), 1, t.size(), stdout);
     std::fflush(stdout);
     return true;
-  });
+  }, &prepared->features);
   std::fputc('\n', stdout);
   if (!res.ok()) return ReportError(res.status());
   if (dumper) {
     if (!dumper->status().ok()) return ReportError(dumper->status());
-    if (Status st = WriteIds(dump_dir + "/input_ids.npy", *ids); !st.ok()) return ReportError(st);
+    if (Status st = WriteIds(dump_dir + "/input_ids.npy", prepared->ids); !st.ok()) return ReportError(st);
     if (Status st = WriteIds(dump_dir + "/generated_ids.npy", res->tokens); !st.ok()) return ReportError(st);
   }
   if (mf.verbose) PrintTimings(*res);

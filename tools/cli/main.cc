@@ -9,14 +9,16 @@ int main(int argc, char** argv) {
   CLI::App app{"phi4mm: run Microsoft's Phi-4-multimodal-instruct from its Hugging Face checkpoint"};
   app.require_subcommand(1);
 
-  ModelFlags run_model, chat_model, info_model, tok_model;
+  ModelFlags run_model, chat_model, info_model, tok_model, count_model;
   GenerationFlags run_gen, chat_gen;
+  MediaFlags run_media, chat_media, tok_media, count_media;
   std::string prompt, system, dump_dir, lora = "auto", text;
   bool raw = false, info_json = false, tok_chat = false;
 
   CLI::App* run = app.add_subcommand("run", "Answer one prompt, streamed to stdout");
   run_model.Register(run);
   run_gen.Register(run);
+  run_media.Register(run);
   run->add_option("-p,--prompt", prompt, "The user prompt ('-' reads stdin)")->required();
   run->add_option("--system", system, "System prompt");
   run->add_flag("--raw", raw, "Use the prompt as is, without the chat template");
@@ -26,7 +28,14 @@ int main(int argc, char** argv) {
   CLI::App* chat = app.add_subcommand("chat", "Interactive multi-turn chat (stdin/stdout)");
   chat_model.Register(chat);
   chat_gen.Register(chat);
+  chat_media.Register(chat);
   chat->add_option("--system", system, "System prompt");
+
+  CLI::App* count = app.add_subcommand("count", "Print as JSON the prompt tokens each image/audio and the whole prompt take");
+  count_model.Register(count);
+  count_media.Register(count);
+  count->add_option("-p,--prompt", prompt, "The user prompt")->capture_default_str();
+  count->add_option("--system", system, "System prompt");
 
   CLI::App* info = app.add_subcommand("info", "Summarise a checkpoint");
   info_model.Register(info);
@@ -34,6 +43,7 @@ int main(int argc, char** argv) {
 
   CLI::App* tokenize = app.add_subcommand("tokenize", "Print the token ids of a text as JSON");
   tok_model.Register(tokenize);
+  tok_media.Register(tokenize);
   tokenize->add_option("--text", text, "Text to tokenize")->required();
   tokenize->add_flag("--chat", tok_chat, "Render the text as a user turn with the chat template first");
 
@@ -59,9 +69,10 @@ int main(int argc, char** argv) {
                  argc > 1 && argv[1][0] != '-' ? (std::string(argv[1]) + " ").c_str() : "");
     return 2;
   }
-  if (run->parsed()) return RunCommand(run_model, run_gen, prompt, system, raw, dump_dir, lora);
-  if (chat->parsed()) return ChatCommand(chat_model, chat_gen, system);
+  if (run->parsed()) return RunCommand(run_model, run_gen, run_media, prompt, system, raw, dump_dir, lora);
+  if (chat->parsed()) return ChatCommand(chat_model, chat_gen, chat_media, system);
   if (info->parsed()) return InfoCommand(info_model, info_json);
-  if (tokenize->parsed()) return TokenizeCommand(tok_model, text, tok_chat);
+  if (tokenize->parsed()) return TokenizeCommand(tok_model, tok_media, text, tok_chat);
+  if (count->parsed()) return CountCommand(count_model, count_media, prompt, system);
   return 2;
 }

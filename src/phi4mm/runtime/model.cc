@@ -18,6 +18,26 @@ Result<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const L
   return std::shared_ptr<const Model>(std::move(m));
 }
 
+Result<const VisionModel*> Model::vision() const {
+  std::lock_guard<std::mutex> lock(parts_mu_);
+  if (!vision_) {
+    auto v = VisionModel::Load(*checkpoint_, config_);
+    if (!v.ok()) return v.status().WithContext("loading the vision part of '" + checkpoint_->dir() + "'");
+    vision_ = std::move(v).value();
+  }
+  return vision_.get();
+}
+
+Result<const SpeechModel*> Model::speech() const {
+  std::lock_guard<std::mutex> lock(parts_mu_);
+  if (!speech_) {
+    auto s = SpeechModel::Load(*checkpoint_, config_);
+    if (!s.ok()) return s.status().WithContext("loading the speech part of '" + checkpoint_->dir() + "'");
+    speech_ = std::move(s).value();
+  }
+  return speech_.get();
+}
+
 ModelInfo Model::Info() const {
   ModelInfo info;
   info.layout = LayoutName(config_.layout);

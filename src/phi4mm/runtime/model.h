@@ -1,9 +1,12 @@
 // A loaded Phi-4-multimodal model: configuration, tokenizer, and the immutable weights of the
-// four parts (today `embedding` and `model`; `vision` and `speech` join them), memory-mapped from
-// the Hugging Face checkpoint folder. Load once, share across threads and sessions.
+// four parts (`embedding`, `model`, and — loaded on first use, so a text-only process never
+// touches their pages — `vision` and `speech`), memory-mapped from the Hugging Face checkpoint
+// folder. Load once, share across threads and sessions.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "phi4mm/base/thread_pool.h"
@@ -11,6 +14,8 @@
 #include "phi4mm/io/model_config.h"
 #include "phi4mm/models/decoder.h"
 #include "phi4mm/models/embedding.h"
+#include "phi4mm/models/speech.h"
+#include "phi4mm/models/vision.h"
 #include "phi4mm/tokenizer/tokenizer.h"
 
 namespace phi4mm {
@@ -52,6 +57,9 @@ class Model {
   const Checkpoint& checkpoint() const { return *checkpoint_; }
   int64_t context_length() const { return config_.text.max_position_embeddings; }
   ModelInfo Info() const;
+  // The vision / speech parts, loaded (and shape-checked) on first use; thread-safe.
+  Result<const VisionModel*> vision() const;
+  Result<const SpeechModel*> speech() const;
 
  private:
   Model() = default;
@@ -61,6 +69,9 @@ class Model {
   std::shared_ptr<const TokenEmbedding> embedding_;
   std::shared_ptr<const Decoder> decoder_;
   std::unique_ptr<ThreadPool> pool_;
+  mutable std::mutex parts_mu_;
+  mutable std::shared_ptr<const VisionModel> vision_;
+  mutable std::shared_ptr<const SpeechModel> speech_;
 };
 
 }  // namespace phi4mm

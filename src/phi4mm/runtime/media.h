@@ -1,0 +1,59 @@
+// Turning a request's text, images and audio into what a Session consumes: prompt ids with the
+// placeholders expanded, the image/audio feature rows from the `vision` and `speech` parts, and
+// the request's LoRA mode (reference: Phi4MMProcessor + Phi4MMForCausalLM.forward's input_mode).
+// CountPrompt does the same bookkeeping without running the encoders, so a user can see what an
+// image or clip costs before paying for it.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "phi4mm/preprocess/audio.h"
+#include "phi4mm/preprocess/image.h"
+#include "phi4mm/runtime/session.h"
+
+namespace phi4mm {
+
+struct MediaInputs {
+  std::vector<Image> images;
+  std::vector<AudioClip> audios;
+  bool empty() const { return images.empty() && audios.empty(); }
+};
+
+struct PromptOptions {
+  int64_t dynamic_hd = 0;     // maximum HD crops per image; 0 = preprocessor_config.json's value
+  int64_t token_budget = -1;  // fail before encoding when the prompt needs more; -1 = context length
+  // The conversation this prompt belongs to has an image (in this or an earlier turn): audio then
+  // uses the vision-speech projection and the request the vision LoRA, as the reference computes
+  // a conversation as one sequence.
+  bool conversation_has_image = false;
+  bool conversation_has_audio = false;
+};
+
+struct PromptCount {
+  std::vector<int64_t> image_tokens;  // per image, in order
+  std::vector<int64_t> audio_tokens;  // per clip, in order
+  int64_t text_tokens = 0;            // everything else
+  int64_t total_tokens = 0;
+};
+
+struct PreparedPrompt {
+  std::vector<int32_t> ids;
+  MediaFeatures features;
+  LoraMode mode = LoraMode::kNone;
+  PromptCount count;
+};
+
+// Prepends "<|image_1|>\n...<|audio_1|>\n..." to `text` when it has no placeholders and media
+// are given, as the reference prompts do; otherwise returns `text` unchanged.
+std::string WithDefaultPlaceholders(std::string_view text, size_t num_images, size_t num_audios);
+
+// Needs only the configuration and the tokenizer; `ids` (optional) receives the expanded prompt ids.
+Result<PromptCount> CountPrompt(const ModelConfig& config, const Tokenizer& tokenizer, std::string_view rendered,
+                                const MediaInputs& media, const PromptOptions& opts = {},
+                                std::vector<int32_t>* ids = nullptr);
+// `tap` (optional) receives the encoders' named tensors ("image.<k>.*", "audio.<k>.*").
+Result<PreparedPrompt> PreparePrompt(const Model& model, std::string_view rendered, const MediaInputs& media,
+                                     const PromptOptions& opts = {}, TensorTap* tap = nullptr);
+
+}  // namespace phi4mm
