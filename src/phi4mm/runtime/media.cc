@@ -86,10 +86,16 @@ Result<PreparedPrompt> PreparePrompt(const Model& model, std::string_view render
   PHI4MM_ASSIGN_OR_RETURN(out.ids, EncodePrompt(model.tokenizer(), rendered, p.image_counts, p.audio_counts));
   out.count = MakeCount(p, out.ids.size());
   const int64_t budget = opts.token_budget >= 0 ? opts.token_budget : model.context_length();
-  if (out.count.total_tokens > budget)
+  if (out.count.total_tokens > budget) {
+    const int64_t ctx = model.context_length();
+    const std::string room = budget == ctx ? "the model's context holds " + std::to_string(ctx)
+                                           : "only " + std::to_string(budget) + " of the model's " +
+                                                 std::to_string(ctx) + "-token context are left";
     return OutOfRange("the prompt needs " + std::to_string(out.count.total_tokens) + " tokens (" +
-                      DescribeCount(out.count) + ") but only " + std::to_string(budget) +
-                      " fit the context; use fewer or smaller images (--dynamic-hd), shorter audio, or a new conversation");
+                      DescribeCount(out.count) + ") but " + room +
+                      "; shorten it, use fewer or smaller images (--dynamic-hd) or shorter audio, or start a new "
+                      "conversation");
+  }
   const bool has_image = opts.conversation_has_image || !media.images.empty();
   const bool has_audio = opts.conversation_has_audio || !media.audios.empty();
   out.mode = LoraModeForInputs(has_image, has_audio);
