@@ -1,13 +1,28 @@
 // Element-wise and row-wise float32 operators used by the models: RMSNorm, LayerNorm, SwiGLU,
-// softmax, rotary embedding. Portable scalar reference versions; SIMD versions dispatch here later.
+// GELU (tanh and exact), bias rows, softmax, rotary embedding. Portable scalar reference versions; SIMD versions dispatch here later.
 #pragma once
 
 #include <cstdint>
+
+#include "phi4mm/base/thread_pool.h"
 
 namespace phi4mm {
 
 // out[i,:] = w * x[i,:] / sqrt(mean(x[i,:]^2) + eps), for n rows of dim elements (out may be x).
 void RmsNorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* out);
+
+// out[i,:] = (x[i,:] - mean) / sqrt(var + eps) * w + b for n rows of dim (biased variance, as
+// torch.nn.LayerNorm). out may equal x.
+void LayerNorm(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps, float* out,
+               ThreadPool* pool);
+
+// In place: x = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))  (torch gelu(approximate="tanh")).
+void GeluTanhInPlace(float* x, int64_t n);
+// In place: x = 0.5·x·(1 + erf(x/√2))  (torch gelu, approximate="none").
+void GeluErfInPlace(float* x, int64_t n);
+
+// y[i,:] += bias for n rows of dim.
+void AddBiasRows(float* y, const float* bias, int64_t n, int64_t dim);
 
 // gu[n, 2*d] holds [gate | up] per row; out[n, d] = up * silu(gate).
 void SiluGateUp(const float* gu, int64_t n, int64_t d, float* out);

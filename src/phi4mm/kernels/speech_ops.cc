@@ -11,37 +11,12 @@
 
 namespace phi4mm {
 
-void AffineLayerNormRows(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps,
-                         float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float* xr = x + i * dim;
-    float* yr = out + i * dim;
-    double mean = 0;
-    for (int64_t j = 0; j < dim; ++j) mean += xr[j];
-    mean /= static_cast<double>(dim);
-    double var = 0;
-    for (int64_t j = 0; j < dim; ++j) {
-      const double d = xr[j] - mean;
-      var += d * d;
-    }
-    var /= static_cast<double>(dim);
-    const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
-    const float m = static_cast<float>(mean);
-    for (int64_t j = 0; j < dim; ++j) yr[j] = (xr[j] - m) * inv * w[j] + b[j];
-  }
-}
-
 void SwishInPlace(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
 void ReluInPlace(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::max(x[i], 0.0f);
-}
-
-void ErfGeluInPlace(float* x, int64_t n) {
-  constexpr float kInvSqrt2 = 0.70710678118654752440f;
-  for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
 }
 
 void GatedSwish(const float* x, int64_t n, int64_t d, const float* value_bias, const float* gate_bias, float* out) {

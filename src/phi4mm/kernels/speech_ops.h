@@ -1,5 +1,5 @@
-// Generic float32 operators for Conformer-style encoders (no model knowledge): affine LayerNorm
-// rows, swish, ReLU and exact (erf) GELU in place, a gated-swish (GLU) combiner with optional
+// Generic float32 operators for Conformer-style encoders (no model knowledge): swish and ReLU in
+// place (LayerNorm and GELU are in kernels/ops.h), a gated-swish (GLU) combiner with optional
 // per-half biases, and multi-head self-attention with a per-head relative-position additive bias
 // and an optional boolean attention mask.
 #pragma once
@@ -10,15 +10,9 @@
 
 namespace phi4mm {
 
-// out[i,:] = (x[i,:] - mean) / sqrt(var + eps) · w + b for n rows of dim (biased variance, as
-// torch.nn.LayerNorm). out may equal x.
-void AffineLayerNormRows(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps,
-                         float* out);
 // x = x · σ(x)  (torch SiLU / "swish").
 void SwishInPlace(float* x, int64_t n);
 void ReluInPlace(float* x, int64_t n);
-// x = 0.5·x·(1 + erf(x/√2))  (torch gelu, approximate="none").
-void ErfGeluInPlace(float* x, int64_t n);
 
 // x [n, 2d] holds [value | gate] per row; out[n, d] = (value + value_bias) · swish(gate + gate_bias).
 // Either bias ([d]) may be nullptr.

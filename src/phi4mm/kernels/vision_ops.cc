@@ -11,55 +11,6 @@
 
 namespace phi4mm {
 
-void LayerNorm(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps, float* out,
-               ThreadPool* pool) {
-  auto rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xi = x + r * dim;
-      float* oi = out + r * dim;
-      double mean = 0;
-      for (int64_t j = 0; j < dim; ++j) mean += xi[j];
-      mean /= static_cast<double>(dim);
-      double var = 0;
-      for (int64_t j = 0; j < dim; ++j) {
-        const double d = xi[j] - mean;
-        var += d * d;
-      }
-      var /= static_cast<double>(dim);
-      const double rstd = 1.0 / std::sqrt(var + static_cast<double>(eps));
-      for (int64_t j = 0; j < dim; ++j)
-        oi[j] = static_cast<float>((xi[j] - mean) * rstd) * w[j] + b[j];
-    }
-  };
-  if (pool) {
-    pool->ParallelFor(n, rows, 64);
-  } else {
-    rows(0, n);
-  }
-}
-
-void GeluTanhInPlace(float* x, int64_t n) {
-  const float kBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
-  const float kKappa = 0.044715f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float inner = kBeta * (v + kKappa * v * v * v);
-    x[i] = 0.5f * v * (1.0f + std::tanh(inner));
-  }
-}
-
-void GeluErfInPlace(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    x[i] = v * 0.5f * (1.0f + std::erf(v * static_cast<float>(M_SQRT1_2)));
-  }
-}
-
-void AddBiasRows(float* y, const float* bias, int64_t n, int64_t dim) {
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < dim; ++j) y[i * dim + j] += bias[j];
-}
-
 void BidirectionalAttention(const float* q, const float* k, const float* v, const uint8_t* key_valid,
                             const BatchAttentionShape& s, float* out, ThreadPool* pool) {
   const int64_t width = s.n_heads * s.head_dim, hd = s.head_dim, S = s.seq;

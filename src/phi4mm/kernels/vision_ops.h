@@ -1,27 +1,15 @@
-// Generic float32 operators for vision transformers (no model knowledge): affine LayerNorm, the
-// tanh-approximated and exact (erf) GELU, per-row bias addition, bidirectional multi-head
+// Generic float32 operators for vision transformers (no model knowledge): bidirectional multi-head
 // attention over a batch of sequences with a per-key validity mask, and 2x2 average pooling of
-// channels-last feature maps with optional right/bottom reflection padding for odd sizes.
+// channels-last feature maps with optional right/bottom reflection padding for odd sizes. (LayerNorm,
+// GELU and bias rows are in kernels/ops.h.)
 #pragma once
 
 #include <cstdint>
 
 #include "phi4mm/base/thread_pool.h"
+#include "phi4mm/kernels/ops.h"
 
 namespace phi4mm {
-
-// out[i,:] = (x[i,:] - mean) / sqrt(var + eps) * w + b for n rows of dim (biased variance, as
-// torch.nn.LayerNorm). out may equal x.
-void LayerNorm(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps, float* out,
-               ThreadPool* pool);
-
-// In place: x = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))  (torch gelu(approximate="tanh")).
-void GeluTanhInPlace(float* x, int64_t n);
-// In place: x = 0.5·x·(1 + erf(x/√2))  (torch gelu, approximate="none").
-void GeluErfInPlace(float* x, int64_t n);
-
-// y[i,:] += bias for n rows of dim.
-void AddBiasRows(float* y, const float* bias, int64_t n, int64_t dim);
 
 struct BatchAttentionShape {
   int64_t batch = 0;     // independent sequences

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "phi4mm/kernels/conv.h"
+#include "phi4mm/kernels/ops.h"
 #include "phi4mm/kernels/speech_ops.h"
 #include "phi4mm/kernels/weight_matrix.h"
 
@@ -58,7 +59,7 @@ Result<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& base, const
 struct LayerNormW {
   std::vector<float> w, b;  // [D]
   void Apply(const float* x, int64_t n, float* y) const {
-    AffineLayerNormRows(x, w.data(), b.data(), n, static_cast<int64_t>(w.size()), kLayerNormEps, y);
+    LayerNorm(x, w.data(), b.data(), n, static_cast<int64_t>(w.size()), kLayerNormEps, y, nullptr);
   }
 };
 
@@ -358,7 +359,7 @@ Result<std::vector<float>> SpeechModel::Encode(const AudioFeatures& features, bo
   const int64_t n = features.num_tokens, ht = w.text_hidden;
   std::vector<float> u(static_cast<size_t>(n * ht)), y(static_cast<size_t>(n * ht));
   up.Apply(h.data(), n, u.data(), pool);
-  ErfGeluInPlace(u.data(), n * ht);
+  GeluErfInPlace(u.data(), n * ht);
   down.Apply(u.data(), n, y.data(), pool);
   TapIf(tap, tap_prefix + "projection", y.data(), {n, ht});
   return y;
