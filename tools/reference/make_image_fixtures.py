@@ -136,6 +136,8 @@ def make_images():
     valid["bmp_130x70.bmp"] = save(synth(130, 70, 15), "bmp_130x70.bmp")
     valid["gif_100x80.gif"] = save(synth(100, 80, 16).convert("P", palette=Image.Palette.ADAPTIVE, colors=32),
                                    "gif_100x80.gif")
+    gt = synth(40, 30, 27).convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
+    valid["gif_trns_40x30.gif"] = save(gt, "gif_trns_40x30.gif", transparency=3)
     valid["ppm_64x48.ppm"] = save(synth(64, 48, 17), "ppm_64x48.ppm")
     valid["pgm_64x48.pgm"] = save(synth(64, 48, 18, "L"), "pgm_64x48.pgm")
     valid["webp_lossless_160x120.webp"] = save(synth(160, 120, 19), "webp_lossless_160x120.webp", lossless=True)
@@ -363,7 +365,8 @@ def main():
     for name in ["jpeg444_320x240.jpg", "jpeg_gray_96x64.jpg", "pipeline-cat-chonk.jpeg",
                  "webp_lossy_alpha_160x120.webp", "webp_anim_96x64.webp", "rgba_300x200.png", "la_64x40.png",
                  "palette_trns_120x90.png", "gray16_40x30.png", "rgb16_40x30.png", "gif_100x80.gif",
-                 "bmp_130x70.bmp", "ppm_64x48.ppm", "pgm_64x48.pgm", "palette_120x90.png", "gray_200x150.png"]:
+                 "bmp_130x70.bmp", "ppm_64x48.ppm", "pgm_64x48.pgm", "palette_120x90.png", "gray_200x150.png",
+                 "gif_trns_40x30.gif"]:
         out = f"pil_rgb_{os.path.splitext(name)[0]}.png"
         Image.open(valid[name]).convert("RGB").save(os.path.join(REF_DIR, out), optimize=True)
         decoded[name] = out

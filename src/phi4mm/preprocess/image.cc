@@ -90,6 +90,31 @@ Result<Image> DecodeWithStb(std::span<const uint8_t> bytes, const std::string& w
   return FromStb(px, dw, dh, what, label);
 }
 
+// stb_image leaves the transparent pixels of a GIF's first frame as RGBA (0, 0, 0, 0); Pillow
+// keeps the palette index, and convert('RGB') shows that index's palette colour.
+Result<Image> DecodeGifWithTransparency(std::span<const uint8_t> bytes, const image_internal::FormatInfo& info,
+                                        const std::string& label, const ImageDecodeLimits& limits) {
+  const int len = static_cast<int>(bytes.size());
+  int w = 0, h = 0, comp = 0;
+  if (!stbi_info_from_memory(bytes.data(), len, &w, &h, &comp)) {
+    return DataLoss(label + ": could not read the GIF header; the file is corrupt or truncated");
+  }
+  PHI4MM_RETURN_IF_ERROR(CheckSize(w, h, label, limits));
+  stbi_uc* px = stbi_load_from_memory(bytes.data(), len, &w, &h, &comp, 4);
+  if (px == nullptr) return FromStb(px, w, h, "GIF", label);
+  std::unique_ptr<stbi_uc, void (*)(void*)> owner(px, stbi_image_free);
+  Image img;
+  img.width = w;
+  img.height = h;
+  const size_t n = static_cast<size_t>(w) * static_cast<size_t>(h);
+  img.rgb.resize(n * 3);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* src = px[4 * i + 3] == 0 ? info.gif_transparent_rgb : px + 4 * i;
+    std::memcpy(&img.rgb[3 * i], src, 3);
+  }
+  return img;
+}
+
 Result<Image> DecodeWebp(std::span<const uint8_t> bytes, const std::string& label, const ImageDecodeLimits& limits) {
   int w = 0, h = 0;
   if (!WebPGetInfo(bytes.data(), bytes.size(), &w, &h)) {
@@ -155,7 +180,8 @@ Result<Image> DecodeImageBytes(std::span<const uint8_t> bytes, const std::string
     case image_internal::Format::kBmp:
       return DecodeWithStb(bytes, "BMP", label, limits);
     case image_internal::Format::kGif:
-      return DecodeWithStb(bytes, "GIF", label, limits);
+      return info.gif_transparency ? DecodeGifWithTransparency(bytes, info, label, limits)
+                                   : DecodeWithStb(bytes, "GIF", label, limits);
     case image_internal::Format::kPnm:
       return DecodeWithStb(bytes, "PPM/PGM", label, limits);
   }

@@ -102,7 +102,8 @@ Result<FormatInfo> InspectJpeg(Bytes b, const std::string& label) {
   FormatInfo info;
   info.format = Format::kJpeg;
   size_t pos = 2;
-  bool seen_sof = false;
+  bool seen_sof = false, progressive = false;
+  unsigned defined_tables = 0;  // bit class*4 + id for each Huffman table defined so far
   while (true) {
     while (pos < b.size() && b[pos] != 0xFF) ++pos;  // tolerate junk between segments like libjpeg
     while (pos < b.size() && b[pos] == 0xFF) ++pos;
@@ -115,6 +116,26 @@ Result<FormatInfo> InspectJpeg(Bytes b, const std::string& label) {
     if (len < 2 || pos + len > b.size()) {
       return Truncated(label, "JPEG", "segment FF" + Hex(marker) + " at byte " + std::to_string(pos - 2) +
                                           " runs past the end of the file");
+    }
+    if (marker == 0xC4) {
+      // DHT: [class/id][16 code-length counts][symbols]... Each table holds at most 256 symbols;
+      // stb_image 2.27 writes past its tables when the counts add up to more, so refuse it here.
+      size_t q = pos + 2;
+      while (q < pos + len) {
+        if ((b[q] >> 4) <= 1) defined_tables |= 1u << ((b[q] >> 4) * 4 + (b[q] & 3));
+        if (q + 17 > pos + len) return DataLoss(label + ": the JPEG file is corrupt (bad Huffman table)");
+        // Code lengths 1..16 must fit a prefix code (Kraft: sum count_l * 2^(16-l) <= 2^16).
+        size_t n = 0;
+        uint64_t kraft = 0;
+        for (int i = 0; i < 16; ++i) {
+          n += b[q + 1 + i];
+          kraft += uint64_t{b[q + 1 + i]} << (15 - i);
+        }
+        if ((b[q] >> 4) > 1 || (b[q] & 15) > 3 || n > 256 || kraft > (uint64_t{1} << 16) || q + 17 + n > pos + len) {
+          return DataLoss(label + ": the JPEG file is corrupt (bad Huffman table)");
+        }
+        q += 17 + n;
+      }
     }
     const bool sof = (marker >= 0xC0 && marker <= 0xCF) && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
     if (sof) {
@@ -133,6 +154,23 @@ Result<FormatInfo> InspectJpeg(Bytes b, const std::string& label) {
       }
       if (info.height == 0) return NotSupported(label, "a JPEG whose height is given by a DNL marker");
       seen_sof = true;
+      progressive = marker == 0xC2;
+    }
+    if (marker == 0xDA && len >= 3 && len >= 6 + 2 * size_t{b[pos + 2]}) {
+      // SOS: [Ns][Cs, Td<<4|Ta]*Ns[Ss][Se][Ah<<4|Al]. stb_image 2.27 reads undefined Huffman tables
+      // from uninitialised memory, so a scan must only use tables the file defined (libjpeg-turbo
+      // would substitute the standard tables; such files are Motion-JPEG frames).
+      const size_t ns = b[pos + 2];
+      const uint8_t ss = b[pos + 3 + 2 * ns], ah = b[pos + 5 + 2 * ns] >> 4;
+      const bool needs_dc = !progressive || (ss == 0 && ah == 0);
+      const bool needs_ac = !progressive || ss > 0;
+      for (size_t i = 0; i < ns; ++i) {
+        const uint8_t tables = b[pos + 4 + 2 * i];
+        if ((needs_dc && !(defined_tables & (1u << ((tables >> 4) & 3)))) ||
+            (needs_ac && !(defined_tables & (1u << (4 + (tables & 3)))))) {
+          return NotSupported(label, "a JPEG scan that uses a Huffman table the file does not define (Motion-JPEG)");
+        }
+      }
     }
     pos += len;
     if (marker == 0xDA) {  // SOS: skip entropy-coded data
@@ -157,7 +195,13 @@ Result<FormatInfo> InspectGif(Bytes b, const std::string& label) {
   info.width = Le16(b.data() + 6);
   info.height = Le16(b.data() + 8);
   size_t pos = 13;
-  if (b[10] & 0x80) pos += 3u << ((b[10] & 7) + 1);
+  size_t palette = 0, palette_entries = 0;
+  if (b[10] & 0x80) {
+    palette = pos;
+    palette_entries = size_t{1} << ((b[10] & 7) + 1);
+    pos += 3 * palette_entries;
+  }
+  int transparent = -1;
   auto skip_sub_blocks = [&]() -> bool {
     while (pos < b.size()) {
       const size_t n = b[pos++];
@@ -171,15 +215,29 @@ Result<FormatInfo> InspectGif(Bytes b, const std::string& label) {
     const uint8_t block = b[pos++];
     if (block == 0x21) {
       if (pos >= b.size()) return Truncated(label, "GIF", "it ends inside an extension");
+      // Graphic control extension: [F9][04][flags][delay u16][transparent index][00].
+      if (b[pos] == 0xF9 && pos + 5 < b.size() && b[pos + 1] == 4) {
+        transparent = (b[pos + 2] & 1) ? b[pos + 5] : -1;
+      }
       ++pos;
       if (!skip_sub_blocks()) return Truncated(label, "GIF", "it ends inside an extension");
     } else if (block == 0x2C) {
       if (pos + 9 > b.size()) return Truncated(label, "GIF", "it ends inside the image descriptor");
       const uint8_t flags = b[pos + 8];
       pos += 9;
-      if (flags & 0x80) pos += 3u << ((flags & 7) + 1);
+      if (flags & 0x80) {
+        palette = pos;
+        palette_entries = size_t{1} << ((flags & 7) + 1);
+        pos += 3 * palette_entries;
+      }
       ++pos;  // LZW minimum code size
       if (pos > b.size() || !skip_sub_blocks()) return Truncated(label, "GIF", "it ends inside the first image's data");
+      if (transparent >= 0) {
+        info.gif_transparency = true;
+        if (static_cast<size_t>(transparent) < palette_entries) {
+          for (int c = 0; c < 3; ++c) info.gif_transparent_rgb[c] = b[palette + 3 * static_cast<size_t>(transparent) + c];
+        }
+      }
       return info;
     } else if (block == 0x3B) {
       return DataLoss(label + ": the GIF file holds no image");

@@ -20,7 +20,11 @@ struct FormatInfo {
   int64_t width = 0;   // declared size; 0 when the container is checked by its decoder (WebP)
   int64_t height = 0;
   uint64_t min_bytes = 0;   // BMP/PNM: bytes the declared pixels need (checked after the size limit)
-  bool png_gray16 = false;  // 16-bit grayscale PNG: Pillow mode I;16, clipped to 255 by convert('RGB')
+  bool png_gray16 = false;
+  // GIF whose first frame declares a transparent colour index: Pillow's convert('RGB') shows that
+  // index's palette colour where stb_image leaves transparent black (alpha 0).
+  bool gif_transparency = false;
+  uint8_t gif_transparent_rgb[3] = {0, 0, 0};  // 16-bit grayscale PNG: Pillow mode I;16, clipped to 255 by convert('RGB')
 };
 
 // OK with the format when the bytes look like a complete file of a supported format; DataLoss for
