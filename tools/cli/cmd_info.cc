@@ -48,7 +48,7 @@ int InfoCommand(const ModelFlags& mf, bool as_json) {
   j["lora"] = {{"vision", {{"rank", c.vision_lora.rank}, {"alpha", c.vision_lora.alpha}}},
                {"speech", {{"rank", c.speech_lora.rank}, {"alpha", c.speech_lora.alpha}}}};
   j["context_length"] = info.context_length;
-  j["kv_cache"] = {{"dtype", "f32"}, {"bytes_per_token", info.kv_bytes_per_token}, {"bytes_at_full_context", kv_full}};
+  j["kv_cache"] = {{"dtype", info.kv_dtype}, {"bytes_per_token", info.kv_bytes_per_token}, {"bytes_at_full_context", kv_full}};
   j["eos_token_ids"] = c.generation.eos_token_ids;
   if (as_json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -73,7 +73,7 @@ int InfoCommand(const ModelFlags& mf, bool as_json) {
               static_cast<long long>(c.speech_lora.rank), c.speech_lora.alpha);
   std::printf("context:         %lld tokens (LongRoPE switch after %lld)\n", static_cast<long long>(info.context_length),
               static_cast<long long>(t.original_max_position_embeddings));
-  std::printf("KV cache (f32):  %s per token, %s at full context\n", Human(static_cast<double>(info.kv_bytes_per_token)).c_str(),
+  std::printf("KV cache (%s):  %s per token, %s at full context\n", info.kv_dtype.c_str(), Human(static_cast<double>(info.kv_bytes_per_token)).c_str(),
               Human(static_cast<double>(kv_full)).c_str());
   return 0;
 }

@@ -1,4 +1,5 @@
-// Phi-4-mini decoder forward pass (float32 reference path).
+// Phi-4-mini decoder forward pass: float32 activations over weights in any WeightMatrix format,
+// with the KV cache stored as float32 or IEEE half (keys after rotary, converted when appended).
 #include "phi4mm/models/decoder.h"
 
 #include <cmath>
@@ -22,8 +23,8 @@ Result<std::vector<float>> LoadVector(const Checkpoint& ckpt, const std::string&
 
 }  // namespace
 
-KvCache::KvCache(int64_t layers, int64_t kv_heads, int64_t head_dim)
-    : kv_heads_(kv_heads), head_dim_(head_dim), k_(layers), v_(layers) {}
+KvCache::KvCache(int64_t layers, int64_t kv_heads, int64_t head_dim, KvDType dtype)
+    : kv_heads_(kv_heads), head_dim_(head_dim), dtype_(dtype), k_(layers), v_(layers) {}
 
 void KvCache::Clear() {
   length_ = 0;
@@ -37,14 +38,14 @@ void KvCache::Truncate(int64_t n) {
 
 size_t KvCache::bytes() const {
   size_t b = 0;
-  for (size_t l = 0; l < k_.size(); ++l) b += (k_[l].capacity() + v_[l].capacity()) * sizeof(float);
+  for (size_t l = 0; l < k_.size(); ++l) b += k_[l].capacity() + v_[l].capacity();
   return b;
 }
 
 void KvCache::EnsureCapacity(int64_t positions) {
   if (positions <= capacity_) return;
   int64_t cap = std::max<int64_t>(positions, std::max<int64_t>(64, capacity_ * 2));
-  const size_t n = static_cast<size_t>(cap * row_floats());
+  const size_t n = static_cast<size_t>(cap) * row_bytes();
   for (size_t l = 0; l < k_.size(); ++l) {
     k_[l].resize(n);
     v_[l].resize(n);
@@ -54,11 +55,12 @@ void KvCache::EnsureCapacity(int64_t positions) {
 
 Result<std::shared_ptr<const Decoder>> Decoder::Load(const Checkpoint& ckpt, const ModelConfig& mc,
                                                      std::shared_ptr<const TokenEmbedding> embedding,
-                                                     QuantMode quant, ThreadPool* pool) {
+                                                     QuantMode quant, ThreadPool* pool, KvDType kv_dtype) {
   const TextConfig& c = mc.text;
   const std::optional<WeightFormat> lf = LinearFormat(quant);
   std::shared_ptr<Decoder> d(new Decoder(c));
   d->embedding_ = std::move(embedding);
+  d->kv_dtype_ = kv_dtype;
   const int64_t H = c.hidden_size, hd = c.head_dim;
   const int64_t qkv_out = (c.num_attention_heads + 2 * c.num_key_value_heads) * hd;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -117,7 +119,7 @@ Status Decoder::Forward(const float* embeds, int64_t S, LoraMode mode, bool long
   if (tap) tap->Tap(tap_prefix + "embeds", x.data(), {S, H});
   const int64_t qkv_w = (nh + 2 * nkv) * hd;
   std::vector<float> h(S * H), qkv(S * qkv_w), q(S * nh * hd), attn(S * nh * hd), tmp(S * H),
-      gu(S * 2 * c.intermediate_size), act(S * c.intermediate_size), scratch;
+      gu(S * 2 * c.intermediate_size), act(S * c.intermediate_size), kbuf(S * nkv * hd), scratch;
   const int64_t rd = rope_.rotary_dim();
   std::vector<float> cos(S * rd), sin(S * rd);
   for (int64_t s = 0; s < S; ++s) rope_.CosSin(past + s, long_rope, cos.data() + s * rd, sin.data() + s * rd);
@@ -128,20 +130,29 @@ Status Decoder::Forward(const float* embeds, int64_t S, LoraMode mode, bool long
     const DecoderLayerWeights& L = layers_[li];
     RmsNorm(x.data(), L.input_norm.data(), S, H, eps, h.data());
     L.qkv.Forward(h.data(), S, qkv.data(), mode, pool, &scratch);
-    float* kc = cache->k_[li].data();
-    float* vc = cache->v_[li].data();
+    uint8_t* kc = cache->k_[li].data();
+    uint8_t* vc = cache->v_[li].data();
+    const size_t rb = cache->row_bytes();
     for (int64_t s = 0; s < S; ++s) {
       const float* row = qkv.data() + s * qkv_w;
       float* qs = q.data() + s * nh * hd;
-      float* ks = kc + (past + s) * nkv * hd;
-      float* vs = vc + (past + s) * nkv * hd;
+      float* ks = kbuf.data() + s * nkv * hd;
       std::memcpy(qs, row, nh * hd * sizeof(float));
       std::memcpy(ks, row + nh * hd, nkv * hd * sizeof(float));
-      std::memcpy(vs, row + (nh + nkv) * hd, nkv * hd * sizeof(float));
       ApplyRotary(qs, nh, hd, rd, cos.data() + s * rd, sin.data() + s * rd);
       ApplyRotary(ks, nkv, hd, rd, cos.data() + s * rd, sin.data() + s * rd);
+      const float* vs = row + (nh + nkv) * hd;
+      uint8_t* kd = kc + (past + s) * rb;
+      uint8_t* vd = vc + (past + s) * rb;
+      if (cache->dtype_ == KvDType::kF16) {
+        F32ToF16Row(ks, nkv * hd, reinterpret_cast<uint16_t*>(kd));
+        F32ToF16Row(vs, nkv * hd, reinterpret_cast<uint16_t*>(vd));
+      } else {
+        std::memcpy(kd, ks, rb);
+        std::memcpy(vd, vs, rb);
+      }
     }
-    CausalAttention(q.data(), kc, vc, past, S, shape, attn.data(), pool);
+    CausalAttention(q.data(), KvView{kc, vc, cache->dtype_}, past, S, shape, attn.data(), pool);
     L.o.Forward(attn.data(), S, tmp.data(), mode, pool, &scratch);
     for (int64_t i = 0; i < S * H; ++i) x[i] += tmp[i];
     RmsNorm(x.data(), L.post_attn_norm.data(), S, H, eps, h.data());

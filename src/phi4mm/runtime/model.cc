@@ -14,7 +14,8 @@ Result<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const L
                           TokenEmbedding::Load(*m->checkpoint_, m->config_.text, opts.quant, m->pool_.get()));
   m->embedding_ = std::make_shared<const TokenEmbedding>(std::move(emb));
   PHI4MM_ASSIGN_OR_RETURN(m->decoder_,
-                          Decoder::Load(*m->checkpoint_, m->config_, m->embedding_, opts.quant, m->pool_.get()));
+                          Decoder::Load(*m->checkpoint_, m->config_, m->embedding_, opts.quant, m->pool_.get(),
+                                                        opts.kv_dtype));
   return std::shared_ptr<const Model>(std::move(m));
 }
 
@@ -61,7 +62,8 @@ ModelInfo Model::Info() const {
   }
   const TextConfig& t = config_.text;
   info.context_length = t.max_position_embeddings;
-  info.kv_bytes_per_token = 2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim * static_cast<int64_t>(sizeof(float));
+  info.kv_dtype = KvDTypeName(decoder_->kv_dtype());
+  info.kv_bytes_per_token = decoder_->kv_bytes_per_token();
   return info;
 }
 
