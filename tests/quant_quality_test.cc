@@ -39,35 +39,7 @@ constexpr double kDecisiveMargin = 0.1;
 constexpr double kQ8MinCosine = 0.995;
 constexpr double kQ4MinCosine = 0.80;
 
-struct Case {
-  std::string name, lora, file;
-  std::vector<int32_t> input_ids;
-  int64_t steps = 0;
-  bool crosses_switch = false;
-};
-
-std::vector<Case> LoadCases() {
-  std::ifstream in(FixturePath("tiny/reference/cases.json"));
-  nlohmann::json j = nlohmann::json::parse(in);
-  std::vector<Case> cases;
-  for (const auto& c : j["cases"]) {
-    Case k;
-    k.name = c["name"];
-    k.lora = c["lora"];
-    k.file = c["file"];
-    k.input_ids = c["input_ids"].get<std::vector<int32_t>>();
-    k.steps = c["steps"];
-    k.crosses_switch = k.name.rfind("cross_", 0) == 0;
-    cases.push_back(k);
-  }
-  return cases;
-}
-
-LoraMode ModeOf(const std::string& s) {
-  if (s == "vision") return LoraMode::kVision;
-  if (s == "speech") return LoraMode::kSpeech;
-  return LoraMode::kNone;
-}
+using Case = test::DecoderCase;
 
 std::shared_ptr<const Model> LoadQuantized(QuantMode q) {
   static std::map<QuantMode, std::shared_ptr<const Model>> cache;
@@ -128,7 +100,7 @@ Measured TeacherForced(const Model& model, const Case& c) {
   const std::vector<int64_t> tokens = test::ToInts(ref.at(prefix + "greedy"));
   std::vector<int32_t> ids = c.input_ids;
   for (int64_t k = 0; k < c.steps; ++k) {
-    const std::vector<float> logits = ForwardLogits(model, ids, ModeOf(c.lora));
+    const std::vector<float> logits = ForwardLogits(model, ids, test::LoraModeOf(c.lora));
     std::vector<float> at_live;
     for (int64_t id : live) at_live.push_back(logits[id]);
     std::vector<float> want = test::ToFloats(ref.at(prefix + "step." + std::to_string(k) + ".logits"));
@@ -145,8 +117,6 @@ Measured TeacherForced(const Model& model, const Case& c) {
   }
   return m;
 }
-
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class QuantQuality : public ::testing::TestWithParam<Case> {};
 
@@ -178,7 +148,7 @@ TEST_P(QuantQuality, Q8KeepsTheGreedyTokens) {
   GenerateOptions opts;
   opts.max_new_tokens = c.steps;
   opts.stop_ids = {-1};
-  auto res = session.Generate(c.input_ids, ModeOf(c.lora), opts);
+  auto res = session.Generate(c.input_ids, test::LoraModeOf(c.lora), opts);
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   const std::vector<int64_t> want = test::ToInts(ref_file->tensors().at(std::string(c.crosses_switch ? "ideal." : "") + "greedy"));
   const bool same = std::vector<int64_t>(res->tokens.begin(), res->tokens.end()) == want;
@@ -205,7 +175,7 @@ TEST_P(QuantQuality, Q4LogitsCosineAtLeast099) {
               static_cast<long long>(m.steps));
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, QuantQuality, ::testing::ValuesIn(LoadCases()),
+INSTANTIATE_TEST_SUITE_P(Tiny, QuantQuality, ::testing::ValuesIn(test::LoadDecoderCases()),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -33,17 +33,6 @@ nlohmann::json Index() {
   return nlohmann::json::parse(in);
 }
 
-std::shared_ptr<const Model> LoadLayout(const std::string& layout) {
-  static std::map<std::string, std::shared_ptr<const Model>> cache;
-  auto& m = cache[layout];
-  if (!m) {
-    auto r = Model::Load(FixturePath("tiny/" + layout));
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (r.ok()) m = *r;
-  }
-  return m;
-}
-
 std::shared_ptr<const SpeechModel> LoadSpeech(const Model& model) {
   auto r = SpeechModel::Load(model.checkpoint(), model.config());
   EXPECT_TRUE(r.ok()) << r.status().ToString();
@@ -78,7 +67,7 @@ class SpeechEncoderParity : public ::testing::TestWithParam<std::tuple<std::stri
 
 TEST_P(SpeechEncoderParity, MatchesTransformers) {
   const auto& [layout, clip] = GetParam();
-  auto model = LoadLayout(layout);
+  auto model = test::TinyModel(layout);
   ASSERT_NE(model, nullptr);
   auto speech = LoadSpeech(*model);
   ASSERT_NE(speech, nullptr);
@@ -123,7 +112,7 @@ class SpeechEndToEnd : public ::testing::TestWithParam<std::tuple<std::string, s
 
 TEST_P(SpeechEndToEnd, MatchesTransformers) {
   const auto& [layout, name] = GetParam();
-  auto model = LoadLayout(layout);
+  auto model = test::TinyModel(layout);
   ASSERT_NE(model, nullptr);
   auto speech = LoadSpeech(*model);
   ASSERT_NE(speech, nullptr);
@@ -176,23 +165,7 @@ TEST_P(SpeechEndToEnd, MatchesTransformers) {
   ASSERT_TRUE(tap.tensors.count("prefill.embeds"));
   ExpectClose(tap.tensors["prefill.embeds"].data, test::ToFloats(ref.at("prefill.embeds")), name + " embeds");
   EXPECT_EQ(std::vector<int64_t>(res->tokens.begin(), res->tokens.end()), test::ToInts(ref.at("greedy"))) << name;
-  for (int64_t k = 0; k < steps; ++k) {
-    const std::string mine = k == 0 ? "prefill.logits" : "step." + std::to_string(k) + ".logits";
-    ASSERT_TRUE(tap.tensors.count(mine)) << mine;
-    const std::vector<float>& logits = tap.tensors[mine].data;
-    std::vector<float> at_live;
-    std::vector<bool> is_live(logits.size(), false);
-    for (int64_t id : live) {
-      at_live.push_back(logits[static_cast<size_t>(id)]);
-      is_live[static_cast<size_t>(id)] = true;
-    }
-    ExpectClose(at_live, test::ToFloats(ref.at("step." + std::to_string(k) + ".logits")),
-                name + " step " + std::to_string(k) + " logits");
-    size_t nonzero_dead = 0;
-    for (size_t i = 0; i < logits.size(); ++i)
-      if (!is_live[i] && logits[i] != 0.0f) ++nonzero_dead;
-    EXPECT_EQ(nonzero_dead, 0u) << "logits of zero embedding rows must be exactly 0";
-  }
+  test::ExpectStepLogits(tap, ref, live, steps, kRelTol, name, &g_worst_rel);
   std::printf("[speech] %s/%s: %zu prompt tokens, worst max-abs-error / scale = %.3g over embeds and %lld steps\n",
               layout.c_str(), name.c_str(), ids->size(), g_worst_rel, static_cast<long long>(steps));
 }
@@ -211,7 +184,7 @@ INSTANTIATE_TEST_SUITE_P(Speech, SpeechEndToEnd,
 // log-mel outside a dependency range must leave those outputs bit-identical; inside it (or with
 // full attention) not.
 TEST(SpeechStreamingMask, ChunksAndLeftChunkLimitTheContext) {
-  auto model = LoadLayout("native");
+  auto model = test::TinyModel("native");
   ASSERT_NE(model, nullptr);
   ModelConfig cfg = model->config();
   cfg.audio.chunk_size = 2;
@@ -254,7 +227,7 @@ TEST(SpeechStreamingMask, ChunksAndLeftChunkLimitTheContext) {
 }
 
 TEST(SpeechErrors, RejectsBadFeatures) {
-  auto model = LoadLayout("native");
+  auto model = test::TinyModel("native");
   ASSERT_NE(model, nullptr);
   auto speech = LoadSpeech(*model);
   ASSERT_NE(speech, nullptr);

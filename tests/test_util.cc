@@ -9,6 +9,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
 #include "phi4mm/base/half.h"
 
 namespace phi4mm::test {
@@ -82,6 +85,78 @@ std::string ReadFile(const std::string& path) {
 void CopyDir(const std::string& from, const std::string& to) {
   fs::create_directories(to);
   fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+}
+
+std::shared_ptr<const Model> TinyModel(const std::string& layout) {
+  static std::map<std::string, std::shared_ptr<const Model>> cache;
+  auto& m = cache[layout];
+  if (!m) {
+    auto r = Model::Load(FixturePath("tiny/" + layout));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok()) m = *r;
+  }
+  return m;
+}
+
+std::vector<DecoderCase> LoadDecoderCases() {
+  std::ifstream in(FixturePath("tiny/reference/cases.json"));
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<DecoderCase> cases;
+  for (const auto& c : j["cases"]) {
+    DecoderCase k;
+    k.name = c["name"];
+    k.lora = c["lora"];
+    k.file = c["file"];
+    k.input_ids = c["input_ids"].get<std::vector<int32_t>>();
+    k.steps = c["steps"];
+    k.crosses_switch = k.name.rfind("cross_", 0) == 0;
+    cases.push_back(k);
+  }
+  return cases;
+}
+
+void PrintTo(const DecoderCase& c, std::ostream* os) { *os << c.name; }
+
+LoraMode LoraModeOf(const std::string& name) {
+  if (name == "vision") return LoraMode::kVision;
+  if (name == "speech") return LoraMode::kSpeech;
+  return LoraMode::kNone;
+}
+
+void ExpectCloseRel(std::span<const float> got, std::span<const float> want, double rel_tol, const std::string& what,
+                    double* worst) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 1e-6, err = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+    err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
+  }
+  if (worst != nullptr) *worst = std::max(*worst, err / scale);
+  EXPECT_LE(err, rel_tol * scale) << what << ": max abs error " << err << " vs scale " << scale;
+}
+
+void ExpectStepLogits(const MemoryTap& tap, const std::map<std::string, TensorView>& ref,
+                      std::span<const int64_t> live, int64_t steps, double rel_tol, const std::string& what,
+                      double* worst, const std::string& ref_prefix) {
+  for (int64_t k = 0; k < steps; ++k) {
+    const std::string mine = k == 0 ? "prefill.logits" : "step." + std::to_string(k) + ".logits";
+    const std::string theirs = ref_prefix + "step." + std::to_string(k) + ".logits";
+    ASSERT_TRUE(tap.tensors.count(mine)) << what << ": no tap " << mine;
+    ASSERT_TRUE(ref.count(theirs)) << what << ": no reference " << theirs;
+    const std::vector<float>& logits = tap.tensors.at(mine).data;
+    std::vector<float> at_live;
+    std::vector<bool> is_live(logits.size(), false);
+    for (int64_t id : live) {
+      ASSERT_LT(static_cast<size_t>(id), logits.size());
+      at_live.push_back(logits[static_cast<size_t>(id)]);
+      is_live[static_cast<size_t>(id)] = true;
+    }
+    ExpectCloseRel(at_live, ToFloats(ref.at(theirs)), rel_tol, what + " step " + std::to_string(k) + " logits", worst);
+    size_t nonzero_dead = 0;
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (!is_live[i] && logits[i] != 0.0f) ++nonzero_dead;
+    EXPECT_EQ(nonzero_dead, 0u) << what << " step " << k << ": logits of zero embedding rows must be exactly 0";
+  }
 }
 
 }  // namespace phi4mm::test

@@ -3,11 +3,16 @@
 #pragma once
 
 #include <map>
+#include <memory>
+#include <ostream>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "phi4mm/base/tensor_tap.h"
 #include "phi4mm/io/safetensors.h"
+#include "phi4mm/models/lora_mode.h"
+#include "phi4mm/runtime/model.h"
 
 namespace phi4mm::test {
 
@@ -31,6 +36,32 @@ class MemoryTap : public TensorTap {
 
 double MaxAbs(const std::vector<float>& v);
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
+
+// The tiny fixture model of a layout ("orig" or "native"), loaded once per process.
+std::shared_ptr<const Model> TinyModel(const std::string& layout);
+
+// One decoder case of tests/fixtures/tiny/reference/cases.json.
+struct DecoderCase {
+  std::string name, lora, file;
+  std::vector<int32_t> input_ids;
+  int64_t steps = 0;
+  bool crosses_switch = false;  // starts below original_max_position_embeddings and passes it
+};
+std::vector<DecoderCase> LoadDecoderCases();
+// GoogleTest prints a case parameter by its name.
+void PrintTo(const DecoderCase& c, std::ostream* os);
+LoraMode LoraModeOf(const std::string& name);  // "none" | "vision" | "speech"
+
+// The parity measure of every reference test: max |got - want| <= rel_tol * max |want|. The
+// ratio is folded into *worst (when given) for the printed summary.
+void ExpectCloseRel(std::span<const float> got, std::span<const float> want, double rel_tol, const std::string& what,
+                    double* worst = nullptr);
+// The logits of a generation (taps "prefill.logits", then "step.<k>.logits") against the reference
+// tensors "<ref_prefix>step.<k>.logits", which hold only the live ids (docs/fixtures.md); every
+// other logit must be exactly 0.
+void ExpectStepLogits(const MemoryTap& tap, const std::map<std::string, TensorView>& ref,
+                      std::span<const int64_t> live, int64_t steps, double rel_tol, const std::string& what,
+                      double* worst = nullptr, const std::string& ref_prefix = "");
 
 // Writes bytes to a file.
 void WriteFile(const std::string& path, const std::string& bytes);

@@ -259,23 +259,7 @@ TEST_P(VisionEndToEnd, MatchesTransformers) {
   EXPECT_EQ(std::vector<int64_t>(res->tokens.begin(), res->tokens.end()), test::ToInts(ref.at("greedy")));
 
   const std::vector<int64_t> live = test::ToInts(ref.at("live_ids"));
-  for (int64_t k = 0; k < steps; ++k) {
-    const std::string mine = k == 0 ? "prefill.logits" : "step." + std::to_string(k) + ".logits";
-    ASSERT_TRUE(tap.tensors.count(mine)) << mine;
-    const std::vector<float>& logits = tap.tensors[mine].data;
-    std::vector<float> at_live;
-    std::vector<bool> is_live(logits.size(), false);
-    for (int64_t id : live) {
-      at_live.push_back(logits[id]);
-      is_live[id] = true;
-    }
-    ExpectClose(at_live.data(), at_live.size(), test::ToFloats(ref.at("step." + std::to_string(k) + ".logits")),
-                layout + " " + name + " step " + std::to_string(k) + " logits");
-    size_t nonzero_dead = 0;
-    for (size_t i = 0; i < logits.size(); ++i)
-      if (!is_live[i] && logits[i] != 0.0f) ++nonzero_dead;
-    EXPECT_EQ(nonzero_dead, 0u) << "logits of zero embedding rows must be exactly 0";
-  }
+  test::ExpectStepLogits(tap, ref, live, steps, kRelTol, layout + " " + name, &g_worst_rel);
   std::printf("[vision] %s/%s: worst max-abs-error / scale = %.3g over %lld steps of logits\n", layout.c_str(),
               name.c_str(), g_worst_rel, static_cast<long long>(steps));
 }
