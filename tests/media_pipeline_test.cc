@@ -75,7 +75,7 @@ TEST(MediaPipeline, RealModelInputIdsFromTheRealPhotoAndClip) {
     EXPECT_EQ(ids2, ids) << c["case"];
     ++checked;
   }
-  EXPECT_EQ(checked, 6);
+  EXPECT_EQ(checked, 8);
 }
 
 TEST(MediaPipeline, DynamicHdChangesTheImageCost) {
