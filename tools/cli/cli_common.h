@@ -50,6 +50,19 @@ struct ModelFlags {
   void Register(CLI::App* app);
 };
 
+// `phi4mm bench` flags (tools/cli/cmd_bench.cc).
+struct BenchFlags {
+  ModelFlags model;
+  int64_t prompt_tokens = 512;
+  int64_t decode_tokens = 32;
+  std::string lora = "all";
+  int64_t vision_crops = 1;
+  double audio_seconds = 5;
+  std::string kv_dtype = "f32";
+  bool json = false;
+  void Register(CLI::App* app);
+};
+
 // Prints "phi4mm: error: <message>" to stderr and returns the exit code for it.
 int ReportError(const Status& st);
 // Loads the model, printing the load time with --verbose.
@@ -74,6 +87,7 @@ int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags
 int ChatCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags& media, const std::string& system);
 int InfoCommand(const ModelFlags& mf, bool json);
 int TokenizeCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& text, bool chat);
+int BenchCommand(const BenchFlags& flags);
 int CountCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& prompt, const std::string& system);
 
 }  // namespace phi4mm::cli

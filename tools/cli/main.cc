@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   tokenize->add_option("--text", text, "Text to tokenize")->required();
   tokenize->add_flag("--chat", tok_chat, "Render the text as a user turn with the chat template first");
 
+  BenchFlags bench_flags;
+  CLI::App* bench = app.add_subcommand("bench", "Benchmark prefill, decode, LoRA, vision and audio against measured ceilings");
+  bench_flags.Register(bench);
+
   bool known = argc <= 1 || argv[1][0] == '-';
   std::string names;
   for (const CLI::App* sub : app.get_subcommands({})) {
@@ -74,5 +78,6 @@ int main(int argc, char** argv) {
   if (info->parsed()) return InfoCommand(info_model, info_json);
   if (tokenize->parsed()) return TokenizeCommand(tok_model, tok_media, text, tok_chat);
   if (count->parsed()) return CountCommand(count_model, count_media, prompt, system);
+  if (bench->parsed()) return BenchCommand(bench_flags);
   return 2;
 }

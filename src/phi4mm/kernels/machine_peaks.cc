@@ -1,0 +1,127 @@
+// MeasureMachinePeaks: the timing harness (warm-up, best of N, one chunk per pool thread) and the
+// scalar kernels used where AVX2 is missing.
+#include "phi4mm/kernels/machine_peaks.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "phi4mm/kernels/cpu_features.h"
+
+namespace phi4mm {
+
+namespace peaks_internal {
+
+uint64_t ReadSumScalar(const uint8_t* p, size_t n) {
+  uint64_t acc[4] = {};
+  for (size_t i = 0; i + 32 <= n; i += 32)
+    for (int j = 0; j < 4; ++j) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * j, 8);
+      acc[j] += w;
+    }
+  return acc[0] + acc[1] + acc[2] + acc[3];
+}
+
+float FmaLoopScalar(int64_t iters, float seed) {
+  float acc[12][8];
+  for (int c = 0; c < 12; ++c)
+    for (int l = 0; l < 8; ++l) acc[c][l] = seed + c + l;
+  const float a = 0.999f, b = 1e-3f;
+  for (int64_t i = 0; i < iters; ++i)
+    for (int c = 0; c < 12; ++c)
+      for (int l = 0; l < 8; ++l) acc[c][l] = acc[c][l] * a + b;
+  float s = 0;
+  for (auto& c : acc)
+    for (float v : c) s += v;
+  return s;
+}
+
+int32_t Int8LoopScalar(int64_t iters, int32_t seed) {
+  int32_t acc[8][8] = {};
+  const uint8_t a = static_cast<uint8_t>(seed | 1);
+  const int8_t b = 3;
+  for (int64_t i = 0; i < iters; ++i)
+    for (int c = 0; c < 8; ++c)
+      for (int l = 0; l < 8; ++l) acc[c][l] += 32 * a * b / 8 + c;
+  int32_t s = 0;
+  for (auto& c : acc)
+    for (int32_t v : c) s += v;
+  return s;
+}
+
+}  // namespace peaks_internal
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool HasAvx2() {
+  const CpuFeatures& f = GetCpuFeatures();
+  return f.avx2 && f.fma;
+}
+
+// Seconds for `fn(thread)` run once on every thread at the same time; best of `trials` after one
+// warm-up run.
+template <typename Fn>
+double BestSeconds(ThreadPool* pool, int threads, int trials, Fn fn) {
+  double best = 1e30;
+  for (int r = -1; r < trials; ++r) {
+    const auto t0 = Clock::now();
+    if (pool) pool->ParallelFor(threads, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) fn(i); });
+    else fn(0);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (r >= 0) best = std::min(best, s);
+  }
+  return best;
+}
+
+}  // namespace
+
+MachinePeaks MeasureMachinePeaks(ThreadPool* pool, const PeakOptions& opts) {
+  namespace pi = peaks_internal;
+  MachinePeaks m;
+  m.threads = pool ? pool->num_threads() : 1;
+  const bool avx2 = HasAvx2();
+  m.isa = avx2 ? "avx2" : "scalar";
+  const int T = m.threads;
+  const int trials = std::max(1, opts.trials);
+  std::atomic<uint64_t> sink{0};
+
+  // Read bandwidth: each thread streams its own contiguous slice (written by that thread first, so
+  // its pages are resident and local).
+  const size_t slice = std::max<size_t>(opts.read_bytes / T / 128 * 128, 128);
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[slice * T]);
+  if (pool) {
+    pool->ParallelFor(T, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) std::memset(buf.get() + t * slice, static_cast<int>(t + 1), slice);
+    });
+  } else {
+    std::memset(buf.get(), 1, slice);
+  }
+  const double read_s = BestSeconds(pool, T, trials, [&](int64_t t) {
+    const uint8_t* p = buf.get() + t * slice;
+    sink += avx2 ? pi::ReadSumAvx2(p, slice) : pi::ReadSumScalar(p, slice);
+  });
+  m.read_gb_per_s = static_cast<double>(slice) * T / read_s / 1e9;
+  buf.reset();
+
+  const int64_t iters = std::max<int64_t>(1, opts.compute_iterations);
+  const double fma_s = BestSeconds(pool, T, trials, [&](int64_t t) {
+    const float r = avx2 ? pi::FmaLoopAvx2(iters, static_cast<float>(t)) : pi::FmaLoopScalar(iters, static_cast<float>(t));
+    sink += static_cast<uint64_t>(r);
+  });
+  m.f32_gflop_per_s = 192.0 * static_cast<double>(iters) * T / fma_s / 1e9;
+
+  const double int8_s = BestSeconds(pool, T, trials, [&](int64_t t) {
+    const int32_t seed = static_cast<int32_t>(t + 1);
+    sink += static_cast<uint64_t>(avx2 ? pi::Int8LoopAvx2(iters, seed) : pi::Int8LoopScalar(iters, seed));
+  });
+  m.int8_gmac_per_s = 256.0 * static_cast<double>(iters) * T / int8_s / 1e9;
+  return m;
+}
+
+}  // namespace phi4mm

@@ -1,0 +1,47 @@
+// Measured ceilings of the machine we run on, for benchmarks that report a figure next to what the
+// hardware allows: streaming read bandwidth over a buffer much larger than the caches, read by the
+// pool's threads together, the f32 FMA peak, and the int8 multiply-add peak (vpmaddubsw chains on
+// AVX2). Each figure is the best of several short trials after a warm-up, so it is a ceiling, not
+// an average. Takes a fraction of a second to a few seconds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "phi4mm/base/thread_pool.h"
+
+namespace phi4mm {
+
+struct MachinePeaks {
+  int threads = 1;
+  double read_gb_per_s = 0;    // 1e9 bytes per second, all threads together
+  double f32_gflop_per_s = 0;  // FMA counted as 2 FLOP
+  double int8_gmac_per_s = 0;  // u8 x s8 multiply-adds
+  const char* isa = "";        // "avx2" or "scalar"
+};
+
+struct PeakOptions {
+  size_t read_bytes = size_t{256} << 20;
+  int trials = 5;
+  int64_t compute_iterations = 2'000'000;  // per thread and trial
+};
+
+// Runs on every thread of `pool` (or the calling thread when null).
+MachinePeaks MeasureMachinePeaks(ThreadPool* pool, const PeakOptions& opts = {});
+
+namespace peaks_internal {
+
+// Kernels behind MeasureMachinePeaks; each returns a value that depends on all its work.
+// Sums `n` bytes (n a multiple of 128) as 64-bit words.
+uint64_t ReadSumScalar(const uint8_t* p, size_t n);
+uint64_t ReadSumAvx2(const uint8_t* p, size_t n);
+// `iters` iterations of 12 independent 8-wide FMA chains (192 FLOP each).
+float FmaLoopScalar(int64_t iters, float seed);
+float FmaLoopAvx2(int64_t iters, float seed);
+// `iters` iterations of 8 independent maddubs+madd+add chains (256 MAC each).
+int32_t Int8LoopScalar(int64_t iters, int32_t seed);
+int32_t Int8LoopAvx2(int64_t iters, int32_t seed);
+
+}  // namespace peaks_internal
+
+}  // namespace phi4mm

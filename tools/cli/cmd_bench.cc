@@ -1,0 +1,330 @@
+// `phi4mm bench`: an end-to-end benchmark on any checkpoint (random token ids and synthetic media,
+// so the tiny fixture works too). It measures the machine's ceilings in the same run (read
+// bandwidth, f32 FMA and int8 multiply-add peaks; kernels/machine_peaks.h) and prints every figure
+// next to its ceiling: prefill against FLOP per token ÷ compute peak, decode against the bytes a
+// token reads (the loaded matrices' real formats, lm_head, active LoRA adapters and KV cache) ÷
+// bandwidth, decode per LoRA mode against text-only, the vision encoder per 448² crop, the speech
+// encoder's real-time factor, load time, peak RSS and KV-cache size. Everything is warmed up once
+// before it is timed. A compact table by default, --json for machines.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "phi4mm/kernels/machine_peaks.h"
+
+namespace phi4mm::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+int64_t PeakRssBytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+int64_t CurrentRssBytes() {
+  std::ifstream f("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  if (!(f >> size >> resident)) return 0;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Ordinary (non-placeholder) token ids.
+std::vector<int32_t> RandomIds(std::mt19937& rng, int64_t n, int64_t vocab) {
+  const int32_t hi = static_cast<int32_t>(std::min<int64_t>(vocab, 199999)) - 1;
+  std::uniform_int_distribution<int32_t> d(0, std::max(hi, 0));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t& id : ids) {
+    do id = d(rng);
+    while (id == kImageTokenId || id == kAudioTokenId);
+  }
+  return ids;
+}
+
+// Bytes one decode step reads in `mode`: every linear base matrix, the adapter of `mode`, the
+// lm_head and the norms (the KV cache is added by the caller).
+double DecodeWeightBytes(const Decoder& dec, LoraMode mode) {
+  // weight_bytes() counts an untied lm_head; a tied one is the embedding table.
+  double b = static_cast<double>(dec.weight_bytes(false));
+  if (dec.config().tie_word_embeddings)
+    b += static_cast<double>(dec.lm_head().bytes());
+  for (const auto& L : dec.layers())
+    for (const LoraLinear* l : {&L.qkv, &L.o, &L.gate_up, &L.down})
+      if (const LoraAdapter* a = l->adapter(mode)) b += static_cast<double>(a->a.bytes() + a->b.bytes());
+  return b;
+}
+
+// Linear multiply-adds per decoder position (base matrices only).
+double LinearMacsPerToken(const Decoder& dec) {
+  double m = 0;
+  for (const auto& L : dec.layers())
+    for (const LoraLinear* l : {&L.qkv, &L.o, &L.gate_up, &L.down})
+      m += static_cast<double>(l->out_features()) * static_cast<double>(l->in_features());
+  return m;
+}
+
+struct Timed {
+  double seconds = 0;
+  Status status;
+};
+
+// Times `n` single-token appends (decode steps) on `s`.
+Timed DecodeSteps(Session& s, std::mt19937& rng, int64_t n, LoraMode mode) {
+  Timed t;
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < n && t.status.ok(); ++i)
+    t.status = s.Append(RandomIds(rng, 1, s.model().embedding().vocab_size()), mode);
+  t.seconds = Since(t0);
+  return t;
+}
+
+std::string Fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+void BenchFlags::Register(CLI::App* app) {
+  model.Register(app);
+  app->add_option("--prompt-tokens", prompt_tokens, "Prefill length (random token ids)")->capture_default_str();
+  app->add_option("--decode-tokens", decode_tokens, "Decode steps timed per measurement")->capture_default_str();
+  app->add_option("--lora", lora, "LoRA modes to time decode in: none, vision, speech or all")->capture_default_str();
+  app->add_option("--vision-crops", vision_crops, "HD crops of the synthetic image (0 skips vision)")
+      ->capture_default_str();
+  app->add_option("--audio-seconds", audio_seconds, "Length of the synthetic clip (0 skips audio)")
+      ->capture_default_str();
+  app->add_option("--kv-dtype", kv_dtype, "KV-cache element type: f32 or f16")->capture_default_str();
+  app->add_flag("--json", json, "Print JSON instead of the table");
+}
+
+int BenchCommand(const BenchFlags& f) {
+  const std::optional<QuantMode> quant = ParseQuantMode(f.model.quant);
+  if (!quant) return ReportError(InvalidArgument("--quant must be none, bf16, q8 or q4, got '" + f.model.quant + "'"));
+  const std::optional<KvDType> kv = ParseKvDType(f.kv_dtype);
+  if (!kv) return ReportError(InvalidArgument("--kv-dtype must be f32 or f16, got '" + f.kv_dtype + "'"));
+  std::vector<LoraMode> modes;
+  if (f.lora == "all") modes = {LoraMode::kNone, LoraMode::kVision, LoraMode::kSpeech};
+  else if (f.lora == "none") modes = {LoraMode::kNone};
+  else if (f.lora == "vision") modes = {LoraMode::kNone, LoraMode::kVision};
+  else if (f.lora == "speech") modes = {LoraMode::kNone, LoraMode::kSpeech};
+  else return ReportError(InvalidArgument("--lora must be none, vision, speech or all, got '" + f.lora + "'"));
+  if (f.prompt_tokens < 1 || f.decode_tokens < 1 || f.vision_crops < 0 || f.audio_seconds < 0)
+    return ReportError(InvalidArgument("--prompt-tokens and --decode-tokens must be >= 1, media sizes >= 0"));
+
+  nlohmann::json j;
+  MachinePeaks peaks;
+  {
+    ThreadPool pool(f.model.threads);
+    peaks = MeasureMachinePeaks(&pool);
+  }
+  j["machine"] = {{"threads", peaks.threads},
+                  {"isa", peaks.isa},
+                  {"read_gb_per_s", peaks.read_gb_per_s},
+                  {"f32_gflop_per_s", peaks.f32_gflop_per_s},
+                  {"int8_gmac_per_s", peaks.int8_gmac_per_s}};
+
+  LoadOptions lo;
+  lo.num_threads = f.model.threads;
+  lo.quant = *quant;
+  lo.kv_dtype = *kv;
+  auto t0 = Clock::now();
+  auto loaded = Model::Load(f.model.dir, lo);
+  if (!loaded.ok()) return ReportError(loaded.status());
+  const std::shared_ptr<const Model> model = *loaded;
+  j["load_seconds"] = Since(t0);
+  j["quant"] = QuantModeName(*quant);
+  const Decoder& dec = model->decoder();
+  const TextConfig& tc = dec.config();
+  const int64_t vocab = model->embedding().vocab_size();
+  const bool block = IsBlockFormat(dec.layers().front().qkv.base().format());
+  // Compute ceiling: int8 multiply-adds for block formats, f32 FMA otherwise (ops = 2 per MAC).
+  const double compute_gops = block ? 2 * peaks.int8_gmac_per_s : peaks.f32_gflop_per_s;
+  std::mt19937 rng(1234);
+
+  // Warm-up: page in and touch every decoder weight once.
+  {
+    Session w(model);
+    if (Status st = w.Append(RandomIds(rng, std::min<int64_t>(16, f.prompt_tokens), vocab), LoraMode::kNone); !st.ok())
+      return ReportError(st);
+    if (Status st = DecodeSteps(w, rng, 2, LoraMode::kNone).status; !st.ok()) return ReportError(st);
+  }
+
+  // Prefill of --prompt-tokens, then decode at that context.
+  const int64_t P = f.prompt_tokens, N = f.decode_tokens;
+  Session s(model);
+  t0 = Clock::now();
+  if (Status st = s.Append(RandomIds(rng, P, vocab), LoraMode::kNone); !st.ok()) return ReportError(st);
+  const double prefill_s = Since(t0);
+  const double attn_flop_per_pos = 4.0 * tc.num_attention_heads * tc.head_dim * tc.num_hidden_layers;
+  const double prefill_flop = 2 * LinearMacsPerToken(dec) + attn_flop_per_pos * (P + 1) / 2.0 +
+                              2.0 * static_cast<double>(vocab) * tc.hidden_size / static_cast<double>(P);
+  const double prefill_tps = P / prefill_s, prefill_ceil = compute_gops * 1e9 / prefill_flop;
+  j["prefill"] = {{"tokens", P},
+                  {"seconds", prefill_s},
+                  {"tok_per_s", prefill_tps},
+                  {"gflop_per_token", prefill_flop / 1e9},
+                  {"ceiling_tok_per_s", prefill_ceil},
+                  {"ratio", prefill_tps / prefill_ceil}};
+  const Timed d = DecodeSteps(s, rng, N, LoraMode::kNone);
+  if (!d.status.ok()) return ReportError(d.status);
+  const double kv_tok = static_cast<double>(dec.kv_bytes_per_token());
+  const double decode_bytes = DecodeWeightBytes(dec, LoraMode::kNone) + kv_tok * (P + N / 2.0);
+  const double decode_tps = N / d.seconds, decode_ceil = peaks.read_gb_per_s * 1e9 / decode_bytes;
+  j["decode"] = {{"tokens", N},
+                 {"context", P},
+                 {"tok_per_s", decode_tps},
+                 {"bytes_per_token", decode_bytes},
+                 {"ceiling_tok_per_s", decode_ceil},
+                 {"ratio", decode_tps / decode_ceil}};
+
+  // Decode per LoRA mode, each after a short prompt in that mode.
+  j["lora"] = nlohmann::json::array();
+  double text_tps = 0;
+  const int64_t short_p = std::min<int64_t>(16, P);
+  for (LoraMode m : modes) {
+    Session ls(model);
+    if (Status st = ls.Append(RandomIds(rng, short_p, vocab), m); !st.ok()) return ReportError(st);
+    if (Status st = DecodeSteps(ls, rng, 1, m).status; !st.ok()) return ReportError(st);
+    const Timed t = DecodeSteps(ls, rng, N, m);
+    if (!t.status.ok()) return ReportError(t.status);
+    const double tps = N / t.seconds;
+    const double bytes = DecodeWeightBytes(dec, m) + kv_tok * (short_p + 1 + N / 2.0);
+    const double ceil = peaks.read_gb_per_s * 1e9 / bytes;
+    if (m == LoraMode::kNone) text_tps = tps;
+    j["lora"].push_back({{"mode", LoraModeName(m)},
+                         {"tok_per_s", tps},
+                         {"bytes_per_token", bytes},
+                         {"ceiling_tok_per_s", ceil},
+                         {"ratio", tps / ceil},
+                         {"ratio_to_text", tps / text_tps}});
+  }
+  const int64_t rss_text = PeakRssBytes();
+
+  // Vision: a (448·crops) x 448 synthetic image at dynamic_hd = crops (crops HD crops + the global view).
+  const ModelConfig& mc = model->config();
+  if (f.vision_crops > 0) {
+    Image img;
+    img.width = mc.vision.crop_size * f.vision_crops;
+    img.height = mc.vision.crop_size;
+    img.rgb.resize(static_cast<size_t>(img.width * img.height * 3));
+    for (uint8_t& b : img.rgb) b = static_cast<uint8_t>(rng());
+    ImageProcessorOptions io;
+    io.dynamic_hd = f.vision_crops;
+    io.crop_size = mc.vision.crop_size;
+    io.patch_size = mc.vision.patch_size;
+    auto pi = ProcessImage(img, io);
+    if (!pi.ok()) return ReportError(pi.status());
+    t0 = Clock::now();
+    auto vision = model->vision();
+    if (!vision.ok()) return ReportError(vision.status());
+    const double vload = Since(t0);
+    auto warm = (*vision)->Encode(*pi, model->pool(), nullptr, "");
+    if (!warm.ok()) return ReportError(warm.status());
+    t0 = Clock::now();
+    auto enc = (*vision)->Encode(*pi, model->pool(), nullptr, "");
+    if (!enc.ok()) return ReportError(enc.status());
+    const double vs = Since(t0);
+    const VisionConfig& v = mc.vision;
+    const double patches = std::pow(static_cast<double>(v.crop_size / v.patch_size), 2);
+    const int64_t layers = v.feature_layer < 0 ? v.num_hidden_layers + 1 + v.feature_layer : v.feature_layer;
+    const double h = static_cast<double>(v.hidden_size);
+    const double flop_crop = layers * (2 * patches * (4 * h * h + 2 * h * v.intermediate_size) + 4 * patches * patches * h);
+    const double per_crop = vs / static_cast<double>(pi->num_crops), ceil = flop_crop / (peaks.f32_gflop_per_s * 1e9);
+    j["vision"] = {{"crops", pi->num_crops},   {"load_seconds", vload},     {"seconds", vs},
+                   {"seconds_per_crop", per_crop}, {"gflop_per_crop", flop_crop / 1e9},
+                   {"ceiling_seconds_per_crop", ceil}, {"ratio", ceil / per_crop}};
+  }
+
+  // Audio: a synthetic clip (tone + noise) through the features and the speech encoder.
+  if (f.audio_seconds > 0) {
+    AudioClip clip;
+    clip.sample_rate = 16000;
+    clip.samples.resize(static_cast<size_t>(f.audio_seconds * clip.sample_rate));
+    std::normal_distribution<float> noise(0.0f, 0.05f);
+    for (size_t i = 0; i < clip.samples.size(); ++i)
+      clip.samples[i] = 0.3f * std::sin(2.0f * 3.14159265f * 440.0f * static_cast<float>(i) / 16000.0f) + noise(rng);
+    AudioFeatureOptions ao;
+    ao.compression_rate = mc.preprocessor.audio_compression_rate;
+    ao.downsample_rate = mc.preprocessor.audio_downsample_rate;
+    t0 = Clock::now();
+    auto speech = model->speech();
+    if (!speech.ok()) return ReportError(speech.status());
+    const double sload = Since(t0);
+    Timed warm, timed;
+    for (Timed* t : {&warm, &timed}) {
+      t0 = Clock::now();
+      auto feats = ComputeAudioFeatures(clip, ao);
+      if (!feats.ok()) return ReportError(feats.status());
+      auto enc = (*speech)->Encode(*feats, false, model->pool(), nullptr, "");
+      if (!enc.ok()) return ReportError(enc.status());
+      t->seconds = Since(t0);
+    }
+    const AudioConfig& a = mc.audio;
+    const double dd = static_cast<double>(a.hidden_size);
+    // Conformer blocks only: two FFNs, attention projections, the conv module's pointwise layers.
+    const double macs_frame = a.num_blocks * (4 * dd * a.intermediate_size + 8 * dd * dd);
+    const double frames_per_s = 100.0 / static_cast<double>(a.time_reduction);
+    const double ceil_rtf = 2 * macs_frame * frames_per_s / (peaks.f32_gflop_per_s * 1e9);
+    const double rtf = timed.seconds / f.audio_seconds;
+    j["audio"] = {{"audio_seconds", f.audio_seconds}, {"load_seconds", sload},  {"seconds", timed.seconds},
+                  {"rtf", rtf},                       {"ceiling_rtf", ceil_rtf}, {"ratio", ceil_rtf / rtf}};
+  }
+
+  j["memory"] = {{"peak_rss_bytes", PeakRssBytes()},
+                 {"rss_text_only_bytes", rss_text},
+                 {"rss_now_bytes", CurrentRssBytes()},
+                 {"decoder_weight_bytes", DecodeWeightBytes(dec, LoraMode::kNone)},
+                 {"kv_dtype", KvDTypeName(dec.kv_dtype())},
+                 {"kv_bytes_per_token", dec.kv_bytes_per_token()},
+                 {"kv_cache_bytes", s.kv_cache_bytes()}};
+
+  if (f.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  const auto& m = j["machine"];
+  std::printf("machine: %d threads (%s), read %.1f GB/s, f32 %.1f GFLOP/s, int8 %.1f GMAC/s\n",
+              m["threads"].get<int>(), peaks.isa, peaks.read_gb_per_s, peaks.f32_gflop_per_s, peaks.int8_gmac_per_s);
+  std::printf("model: %s, quant %s, KV %s, loaded in %.2f s\n", f.model.dir.c_str(), QuantModeName(*quant),
+              KvDTypeName(*kv), j["load_seconds"].get<double>());
+  std::printf("%-28s %12s %12s %8s\n", "figure", "measured", "ceiling", "ratio");
+  auto row = [](const std::string& name, double v, double c, double r, const char* f) {
+    std::printf("%-28s %12s %12s %7.0f%%\n", name.c_str(), Fmt(f, v).c_str(), Fmt(f, c).c_str(), 100 * r);
+  };
+  const auto& pj = j["prefill"];
+  row("prefill " + std::to_string(P) + " tok (tok/s)", pj["tok_per_s"], pj["ceiling_tok_per_s"], pj["ratio"], "%.2f");
+  const auto& dj = j["decode"];
+  row("decode @" + std::to_string(P) + " (tok/s)", dj["tok_per_s"], dj["ceiling_tok_per_s"], dj["ratio"], "%.2f");
+  for (const auto& l : j["lora"]) {
+    row("decode lora " + l["mode"].get<std::string>() + " (tok/s)", l["tok_per_s"], l["ceiling_tok_per_s"], l["ratio"],
+        "%.2f");
+    std::printf("%-28s %12s\n", "  vs text-only", Fmt("%.0f%%", 100 * l["ratio_to_text"].get<double>()).c_str());
+  }
+  if (j.contains("vision"))
+    row("vision (s/crop)", j["vision"]["seconds_per_crop"], j["vision"]["ceiling_seconds_per_crop"],
+        j["vision"]["ratio"], "%.2f");
+  if (j.contains("audio")) row("audio (RTF)", j["audio"]["rtf"], j["audio"]["ceiling_rtf"], j["audio"]["ratio"], "%.3f");
+  const auto& mm = j["memory"];
+  std::printf("decode reads %.2f GB/token (weights %.2f GB); KV %s %lld B/token, cache %.1f MiB\n",
+              dj["bytes_per_token"].get<double>() / 1e9, mm["decoder_weight_bytes"].get<double>() / 1e9,
+              KvDTypeName(*kv), static_cast<long long>(dec.kv_bytes_per_token()),
+              static_cast<double>(s.kv_cache_bytes()) / (1 << 20));
+  std::printf("peak RSS %.2f GB (text-only part %.2f GB)\n", static_cast<double>(PeakRssBytes()) / 1e9,
+              static_cast<double>(rss_text) / 1e9);
+  return 0;
+}
+
+}  // namespace phi4mm::cli
