@@ -1,6 +1,6 @@
 // Image decoding (image.h): recognises the container from its first bytes, validates its structure
-// and declared size before any pixel buffer is allocated, then decodes with stb_image (JPEG, PNG,
-// BMP, GIF, PNM) or libwebp (WebP) and converts to 8-bit RGB the way Pillow's
+// and declared size before any pixel buffer is allocated, then decodes with libjpeg-turbo (JPEG,
+// exactly as Pillow), stb_image (PNG, BMP, GIF, PNM) or libwebp (WebP) and converts to 8-bit RGB the way Pillow's
 // `Image.open(...).convert('RGB')` does, which is what the reference processors see: alpha is
 // dropped without compositing, palettes are looked up ignoring transparency, 16-bit RGB keeps the
 // high byte, 16-bit grayscale is clipped to 255, and EXIF orientation is not applied.
@@ -19,6 +19,7 @@
 #include <string>
 
 #include "phi4mm/preprocess/image_formats.h"
+#include "phi4mm/preprocess/image_jpeg.h"
 
 namespace phi4mm {
 namespace {
@@ -176,7 +177,7 @@ Result<Image> DecodeImageBytes(std::span<const uint8_t> bytes, const std::string
       if (info.png_gray16) return DecodeGray16Png(bytes, label);
       return DecodeWithStb(bytes, "PNG", label, limits);
     case image_internal::Format::kJpeg:
-      return DecodeWithStb(bytes, "JPEG", label, limits);
+      return image_internal::DecodeJpeg(bytes, label, limits.max_pixels);
     case image_internal::Format::kBmp:
       return DecodeWithStb(bytes, "BMP", label, limits);
     case image_internal::Format::kGif:

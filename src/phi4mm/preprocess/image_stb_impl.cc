@@ -1,7 +1,9 @@
 // The one translation unit that compiles stb_image (Debian libstb-dev), restricted to the formats
-// phi4mm decodes with it: JPEG, PNG, BMP, GIF and PNM. Everything else stb could read (PSD, TGA,
-// HDR, PIC) is compiled out so that it is rejected by name instead (see image.cc).
+// phi4mm decodes with it: PNG, BMP, GIF and PNM (JPEG goes through libjpeg-turbo, image_jpeg.cc).
+// Everything else stb could read (PSD, TGA, HDR, PIC) is compiled out so that it is rejected by name
+// instead (see image.cc).
 #define STB_IMAGE_IMPLEMENTATION
+#define STBI_NO_JPEG
 #define STBI_NO_PSD
 #define STBI_NO_TGA
 #define STBI_NO_HDR
