@@ -1,0 +1,129 @@
+// KV cache element types and the attention over them: IEEE-half caches give the float32 result on
+// the half-rounded keys/values; the grouped AVX2 row kernels match the scalar ones; splitting the
+// cached length over threads matches the unsplit result; a half cache is half the size, is what
+// Model::Info reports, and keeps the tiny model's logits close; `phi4mm bench` runs on the tiny
+// fixture and prints its JSON keys (no timing is checked).
+#include <cstdio>
+#include <random>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "phi4mm/base/half.h"
+#include "phi4mm/kernels/attention.h"
+#include "phi4mm/kernels/cpu_features.h"
+#include "phi4mm/runtime/session.h"
+#include "test_util.h"
+
+namespace phi4mm {
+namespace {
+
+std::vector<float> Rand(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint16_t> ToHalf(const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = F32ToF16(v[i]);
+  return h;
+}
+
+std::vector<float> FromHalf(const std::vector<uint16_t>& h) {
+  std::vector<float> v(h.size());
+  for (size_t i = 0; i < h.size(); ++i) v[i] = F16ToF32(h[i]);
+  return v;
+}
+
+struct Case {
+  int64_t past, S, heads, kv_heads, hd;
+};
+
+TEST(KvCacheAttention, HalfCacheMatchesFloatOnRoundedValues) {
+  for (int threads : {1, 2, 8}) {
+    ThreadPool pool(threads);
+    for (const Case c : {Case{0, 5, 6, 2, 20}, Case{7, 1, 6, 2, 128}, Case{300, 1, 24, 8, 128},
+                         Case{600, 2, 6, 1, 64}, Case{3, 4, 8, 8, 16}}) {
+      const AttentionShape sh{c.heads, c.kv_heads, c.hd, 0.125f};
+      const int64_t T = c.past + c.S;
+      const auto q = Rand(c.S * c.heads * c.hd, 1);
+      const auto k16 = ToHalf(Rand(T * c.kv_heads * c.hd, 2)), v16 = ToHalf(Rand(T * c.kv_heads * c.hd, 3));
+      const auto k = FromHalf(k16), v = FromHalf(v16);
+      std::vector<float> want(q.size()), got(q.size());
+      CausalAttention(q.data(), k.data(), v.data(), c.past, c.S, sh, want.data(), nullptr);
+      CausalAttention(q.data(), KvView{k16.data(), v16.data(), KvDType::kF16}, c.past, c.S, sh, got.data(), &pool);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 2e-5) << "threads " << threads << " past " << c.past << " i " << i;
+      // The float cache split over threads agrees with the single-threaded one too.
+      CausalAttention(q.data(), k.data(), v.data(), c.past, c.S, sh, got.data(), &pool);
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5);
+    }
+  }
+}
+
+TEST(KvCacheAttention, Avx2RowKernelsMatchScalar) {
+  const CpuFeatures& f = GetCpuFeatures();
+  if (!(f.avx2 && f.fma && f.f16c)) GTEST_SKIP() << "no AVX2/FMA/F16C";
+  namespace ai = attention_internal;
+  const ai::RowKernels &s = ai::ScalarRowKernels(), &a = ai::Avx2RowKernels();
+  for (int G : {1, 3, 4, 5})
+    for (int64_t hd : {5, 16, 72, 128}) {
+      const int64_t len = 131, stride = 2 * hd;
+      const auto q = Rand(G * hd, 4), kf = Rand(len * stride, 5), p = Rand(G * len, 6);
+      const auto kh = ToHalf(kf);
+      std::vector<float> s1(G * len), s2(G * len), o1(G * hd, 0.5f), o2(G * hd, 0.5f);
+      s.scores_f16(q.data(), G, kh.data(), stride, len, hd, 0.3f, s1.data());
+      a.scores_f16(q.data(), G, kh.data(), stride, len, hd, 0.3f, s2.data());
+      for (size_t i = 0; i < s1.size(); ++i) ASSERT_NEAR(s1[i], s2[i], 1e-4);
+      s.accum_f32(p.data(), len, G, kf.data(), stride, len, hd, o1.data());
+      a.accum_f32(p.data(), len, G, kf.data(), stride, len, hd, o2.data());
+      for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o1[i], o2[i], 1e-3);
+      std::vector<uint16_t> h1(kf.size()), h2(kf.size());
+      s.to_f16(kf.data(), static_cast<int64_t>(kf.size()), h1.data());
+      a.to_f16(kf.data(), static_cast<int64_t>(kf.size()), h2.data());
+      ASSERT_EQ(h1, h2);
+    }
+}
+
+TEST(KvCacheModel, HalfCacheIsHalfTheSizeAndKeepsLogitsClose) {
+  std::vector<float> logits[2];
+  size_t bytes[2] = {};
+  for (KvDType dt : {KvDType::kF32, KvDType::kF16}) {
+    LoadOptions o;
+    o.kv_dtype = dt;
+    auto m = Model::Load(test::FixturePath("tiny/orig"), o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const TextConfig& t = (*m)->config().text;
+    EXPECT_EQ((*m)->Info().kv_dtype, KvDTypeName(dt));
+    EXPECT_EQ((*m)->Info().kv_bytes_per_token,
+              2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim * static_cast<int64_t>(KvDTypeBytes(dt)));
+    Session s(*m);
+    std::vector<int32_t> ids = {100, 2000, 300, 4000, 50, 600, 7000, 80};
+    ASSERT_TRUE(s.Append(ids, LoraMode::kNone).ok());
+    ASSERT_TRUE(s.Append(std::vector<int32_t>{9}, LoraMode::kNone).ok());
+    logits[dt == KvDType::kF16] = s.logits();
+    bytes[dt == KvDType::kF16] = s.kv_cache_bytes();
+  }
+  EXPECT_EQ(bytes[1] * 2, bytes[0]);
+  EXPECT_LT(test::MaxAbsDiff(logits[0], logits[1]), 1e-2 * test::MaxAbs(logits[0]));
+}
+
+TEST(BenchCommand, RunsOnTheTinyFixtureAndPrintsJson) {
+  const std::string out = test::TempDir("bench") + "/out.json";
+  const std::string cmd = std::string(PHI4MM_CLI_PATH) + " bench -m " + test::FixturePath("tiny/orig") +
+                          " --prompt-tokens 16 --decode-tokens 4 --vision-crops 1 --audio-seconds 1 --json > " + out;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const nlohmann::json j = nlohmann::json::parse(test::ReadFile(out));
+  for (const char* k : {"machine", "load_seconds", "prefill", "decode", "lora", "vision", "audio", "memory"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_GT(j["machine"]["read_gb_per_s"].get<double>(), 0);
+  EXPECT_GT(j["decode"]["ceiling_tok_per_s"].get<double>(), 0);
+  EXPECT_EQ(j["lora"].size(), 3u);
+  EXPECT_GT(j["memory"]["peak_rss_bytes"].get<int64_t>(), 0);
+}
+
+}  // namespace
+}  // namespace phi4mm
