@@ -29,6 +29,11 @@ class FileMap {
   std::string path_;
 };
 
+// Tells the OS that the pages fully inside [data, data + size) of a read-only file mapping are no
+// longer needed (after their tensor was converted into an owned buffer): they leave the resident
+// set, and are read from the file again only if touched again.
+void AdviseUnneeded(const void* data, size_t size);
+
 // Reads a whole (small) file into a string: configs, JSON, text.
 Result<std::string> ReadFileToString(const std::string& path);
 bool FileExists(const std::string& path);

@@ -1,6 +1,8 @@
 // LoraLinear loading and forward.
 #include "phi4mm/models/lora_linear.h"
 
+#include "phi4mm/base/file_map.h"
+
 namespace phi4mm {
 
 namespace {
@@ -36,6 +38,9 @@ Result<LoraLinear> LoraLinear::Load(const Checkpoint& ckpt, const ModelConfig& c
   LoraLinear l;
   PHI4MM_ASSIGN_OR_RETURN(WeightMatrix stored, LoadMatrix(ckpt, prefix + ".weight", out_features, in_features));
   PHI4MM_ASSIGN_OR_RETURN(l.base_, stored.ConvertedTo(base_format, pool));
+  // The stored copy is not read again once converted: drop its pages from the resident set.
+  if (l.base_.format() != stored.format())
+    if (const TensorView* t = ckpt.Find(prefix + ".weight")) AdviseUnneeded(t->data, t->nbytes);
   PHI4MM_ASSIGN_OR_RETURN(l.vision_, LoadAdapter(ckpt, cfg.vision_lora, prefix, "vision", out_features, in_features));
   PHI4MM_ASSIGN_OR_RETURN(l.speech_, LoadAdapter(ckpt, cfg.speech_lora, prefix, "speech", out_features, in_features));
   return l;
