@@ -27,7 +27,8 @@ for target in "${targets[@]}"; do
   if [ -d "$root/fuzz/corpus/${target%_fuzz}" ]; then cp -r "$root/fuzz/corpus/${target%_fuzz}/." "$corpus/"; fi
   echo "=== $target: ${secs}s on $(find "$corpus" -type f | wc -l) seed file(s)"
   log="$work/$target.log"
-  if (cd "$root" && "$exe" -max_total_time="$secs" -timeout=25 -rss_limit_mb=4096 -print_final_stats=1 \
+  # A fixed seed (FUZZ_SEED, default 1) keeps CI reproducible; run with another seed to explore.
+  if (cd "$root" && "$exe" -seed="${FUZZ_SEED:-1}" -max_total_time="$secs" -timeout=25 -rss_limit_mb=4096 -print_final_stats=1 \
         -artifact_prefix="$build/artifacts/$target-" "$corpus") >"$log" 2>&1; then
     grep -E '^stat::number_of_executed_units|Done [0-9]+ runs' "$log" | tail -n 2 || true
   else
