@@ -12,6 +12,7 @@
 
 #include "phi4mm/tokenizer/chat_format.h"
 #include "phi4mm/tokenizer/tokenizer.h"
+#include "test_util.h"
 
 namespace phi4mm {
 namespace {
@@ -20,18 +21,6 @@ using json = nlohmann::json;
 
 const std::string kDir = std::string(PHI4MM_FIXTURES_DIR) + "/tokenizer";
 
-const Tokenizer& Tok() {
-  static const std::shared_ptr<const Tokenizer> tok = [] {
-    auto r = Tokenizer::LoadFromDir(kDir);
-    if (!r.ok()) {
-      ADD_FAILURE() << r.status().ToString();
-      return std::shared_ptr<const Tokenizer>();
-    }
-    return *r;
-  }();
-  if (!tok) std::abort();
-  return *tok;
-}
 
 json ReadJson(const std::string& name) {
   std::ifstream in(kDir + "/" + name);
@@ -60,7 +49,7 @@ TEST(ChatFormatTest, MatchesTransformersApplyChatTemplate) {
     const std::string text = Render(messages, true);
     EXPECT_EQ(text, c["text"].get<std::string>());
     EXPECT_EQ(Render(messages, false), c["text_no_generation_prompt"].get<std::string>());
-    auto ids = Tok().Encode(text);
+    auto ids = test::FixtureTokenizer().Encode(text);
     ASSERT_TRUE(ids.ok()) << ids.status().ToString();
     EXPECT_EQ(*ids, c["ids"].get<std::vector<int32_t>>()) << text;
   }
@@ -77,7 +66,7 @@ TEST(ChatFormatTest, RealModelGoldens) {
     const auto audio_counts = c["audio_token_counts"].get<std::vector<int32_t>>();
     EXPECT_EQ(ph.image_numbers.size(), image_counts.size());
     EXPECT_EQ(ph.audio_numbers.size(), audio_counts.size());
-    auto ids = Tok().Encode(ph.text);
+    auto ids = test::FixtureTokenizer().Encode(ph.text);
     ASSERT_TRUE(ids.ok()) << ids.status().ToString();
     auto expanded = ExpandMediaTokens(*ids, image_counts, audio_counts);
     ASSERT_TRUE(expanded.ok()) << expanded.status().ToString();
@@ -89,7 +78,7 @@ TEST(ChatFormatTest, TextOnlyGoldenIsExact) {
   const std::vector<ChatMessage> messages = {{"user", "What is the capital of France?", {}}};
   const std::string text = Render(messages, true);
   EXPECT_EQ(text, "<|user|>What is the capital of France?<|end|><|assistant|>");
-  auto ids = Tok().Encode(text);
+  auto ids = test::FixtureTokenizer().Encode(text);
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(*ids, (std::vector<int32_t>{200021, 4827, 382, 290, 9029, 328, 10128, 30, 200020, 200019}));
 }

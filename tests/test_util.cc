@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -85,6 +86,19 @@ std::string ReadFile(const std::string& path) {
 void CopyDir(const std::string& from, const std::string& to) {
   fs::create_directories(to);
   fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+}
+
+const Tokenizer& FixtureTokenizer() {
+  static const std::shared_ptr<const Tokenizer> tok = [] {
+    auto r = Tokenizer::LoadFromDir(FixturePath("tokenizer"));
+    if (!r.ok()) {
+      ADD_FAILURE() << r.status().ToString();
+      return std::shared_ptr<const Tokenizer>();
+    }
+    return *r;
+  }();
+  if (!tok) std::abort();
+  return *tok;
 }
 
 std::shared_ptr<const Model> TinyModel(const std::string& layout) {

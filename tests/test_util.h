@@ -37,6 +37,10 @@ class MemoryTap : public TensorTap {
 double MaxAbs(const std::vector<float>& v);
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
 
+// The real tokenizer of tests/fixtures/tokenizer, loaded once per process (aborts the test binary
+// with a reported failure if it cannot be loaded: every tokenizer test needs it).
+const Tokenizer& FixtureTokenizer();
+
 // The tiny fixture model of a layout ("orig" or "native"), loaded once per process.
 std::shared_ptr<const Model> TinyModel(const std::string& layout);
 

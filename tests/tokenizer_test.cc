@@ -14,6 +14,7 @@
 #include "phi4mm/base/file_map.h"
 #include "phi4mm/tokenizer/regex_splitter.h"
 #include "phi4mm/tokenizer/tokenizer.h"
+#include "test_util.h"
 
 namespace phi4mm {
 namespace {
@@ -22,18 +23,6 @@ using json = nlohmann::json;
 
 const std::string kDir = std::string(PHI4MM_FIXTURES_DIR) + "/tokenizer";
 
-const Tokenizer& Tok() {
-  static const std::shared_ptr<const Tokenizer> tok = [] {
-    auto r = Tokenizer::LoadFromDir(kDir);
-    if (!r.ok()) {
-      ADD_FAILURE() << r.status().ToString();
-      return std::shared_ptr<const Tokenizer>();
-    }
-    return *r;
-  }();
-  if (!tok) std::abort();
-  return *tok;
-}
 
 struct CorpusEntry {
   std::string text;
@@ -53,13 +42,13 @@ std::vector<CorpusEntry> LoadCorpus(const std::string& file = "corpus.jsonl") {
 }
 
 std::vector<int32_t> MustEncode(std::string_view text) {
-  auto r = Tok().Encode(text);
+  auto r = test::FixtureTokenizer().Encode(text);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? *r : std::vector<int32_t>{};
 }
 
 TEST(TokenizerTest, LoadsFixtureMetadata) {
-  const Tokenizer& t = Tok();
+  const Tokenizer& t = test::FixtureTokenizer();
   EXPECT_EQ(t.vocab_size(), 200029);
   EXPECT_EQ(t.eos_token(), "<|endoftext|>");
   EXPECT_EQ(t.bos_token(), "<|endoftext|>");
@@ -80,10 +69,10 @@ TEST(TokenizerTest, LoadsFixtureMetadata) {
 
 TEST(TokenizerTest, SpecialFlagsFollowTheAddedTokenTable) {
   for (int32_t id : {199999, 200010, 200011, 200018, 200019, 200020, 200021, 200022, 200028}) {
-    EXPECT_TRUE(Tok().IsSpecial(id)) << id;
+    EXPECT_TRUE(test::FixtureTokenizer().IsSpecial(id)) << id;
   }
   for (int32_t id : {0, 198, 199998, 200005, 200023, 200024, 200025, 200026, 200027, 200040, -5}) {
-    EXPECT_FALSE(Tok().IsSpecial(id)) << id;
+    EXPECT_FALSE(test::FixtureTokenizer().IsSpecial(id)) << id;
   }
 }
 
@@ -92,7 +81,7 @@ TEST(TokenizerTest, CorpusMatchesTiktoken) {
   ASSERT_GE(corpus.size(), 3000u);
   size_t passed = 0;
   for (const auto& e : corpus) {
-    auto r = Tok().Encode(e.text);
+    auto r = test::FixtureTokenizer().Encode(e.text);
     ASSERT_TRUE(r.ok()) << r.status().ToString() << " for " << json(e.text).dump();
     if (*r != e.ids) {
       ADD_FAILURE() << "first mismatch on " << json(e.text).dump() << "\n  want " << json(e.ids).dump()
@@ -108,7 +97,7 @@ TEST(TokenizerTest, AddedTokenCasesMatchHfTokenizers) {
   const auto cases = LoadCorpus("added_token_cases.jsonl");
   ASSERT_GE(cases.size(), 400u);
   for (const auto& e : cases) {
-    auto r = Tok().Encode(e.text);
+    auto r = test::FixtureTokenizer().Encode(e.text);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ASSERT_EQ(*r, e.ids) << "first mismatch on " << json(e.text).dump();
   }
@@ -116,8 +105,8 @@ TEST(TokenizerTest, AddedTokenCasesMatchHfTokenizers) {
 
 TEST(TokenizerTest, CorpusRoundTrips) {
   for (const auto& e : LoadCorpus()) {
-    ASSERT_EQ(Tok().Decode(e.ids), e.text);
-    ASSERT_EQ(Tok().Decode(MustEncode(e.text)), e.text);
+    ASSERT_EQ(test::FixtureTokenizer().Decode(e.ids), e.text);
+    ASSERT_EQ(test::FixtureTokenizer().Decode(MustEncode(e.text)), e.text);
   }
 }
 
@@ -157,17 +146,17 @@ TEST(TokenizerTest, AddedTokensSplitFirstWithRstrip) {
   const auto ids = MustEncode("<|endoftext1|><|endoftext|>");
   ASSERT_FALSE(ids.empty());
   EXPECT_EQ(ids.back(), 199999);
-  EXPECT_EQ(Tok().Decode(ids), "<|endoftext1|><|endoftext|>");
+  EXPECT_EQ(test::FixtureTokenizer().Decode(ids), "<|endoftext1|><|endoftext|>");
   EXPECT_EQ(MustEncode(""), std::vector<int32_t>{});
 }
 
 TEST(TokenizerTest, DecodeSkipSpecialKeepsToolTokens) {
   const std::vector<int32_t> ids = {199999, 24912, 200023, 200020, 200010, 200027};
-  EXPECT_EQ(Tok().Decode(ids, /*skip_special=*/true), "hello<|tool|><|tool_response|>");
-  EXPECT_EQ(Tok().Decode(ids, /*skip_special=*/false),
+  EXPECT_EQ(test::FixtureTokenizer().Decode(ids, /*skip_special=*/true), "hello<|tool|><|tool_response|>");
+  EXPECT_EQ(test::FixtureTokenizer().Decode(ids, /*skip_special=*/false),
             "<|endoftext|>hello<|tool|><|end|><|endoftext10|><|tool_response|>");
   const std::vector<int32_t> padding = {24912, 200029, 200063, 2375};
-  EXPECT_EQ(Tok().Decode(padding), "hello world");
+  EXPECT_EQ(test::FixtureTokenizer().Decode(padding), "hello world");
 }
 
 TEST(TokenizerTest, DecodeCasesMatchHfTokenizers) {
@@ -177,9 +166,9 @@ TEST(TokenizerTest, DecodeCasesMatchHfTokenizers) {
   while (std::getline(in, line)) {
     const json j = json::parse(line);
     const auto ids = j["ids"].get<std::vector<int32_t>>();
-    ASSERT_EQ(Tok().Decode(ids, false), j["text"].get<std::string>()) << j["ids"].dump();
-    ASSERT_EQ(Tok().Decode(ids, true), j["text_skip_special"].get<std::string>()) << j["ids"].dump();
-    TokenStreamDecoder stream(Tok(), /*skip_special=*/true);
+    ASSERT_EQ(test::FixtureTokenizer().Decode(ids, false), j["text"].get<std::string>()) << j["ids"].dump();
+    ASSERT_EQ(test::FixtureTokenizer().Decode(ids, true), j["text_skip_special"].get<std::string>()) << j["ids"].dump();
+    TokenStreamDecoder stream(test::FixtureTokenizer(), /*skip_special=*/true);
     std::string streamed;
     for (int32_t id : ids) streamed += stream.Push(id);
     streamed += stream.Flush();
@@ -191,15 +180,15 @@ TEST(TokenizerTest, DecodeCasesMatchHfTokenizers) {
 
 TEST(TokenizerTest, DecodeReplacesIncompleteUtf8) {
   const std::vector<int32_t> half_emoji = {93643};  // " " and the first bytes of 🤖
-  EXPECT_EQ(Tok().Decode(half_emoji), " \xEF\xBF\xBD");
+  EXPECT_EQ(test::FixtureTokenizer().Decode(half_emoji), " \xEF\xBF\xBD");
 }
 
 TEST(TokenizerTest, StreamDecoderHoldsBackSplitCharacters) {
-  TokenStreamDecoder d(Tok());
+  TokenStreamDecoder d(test::FixtureTokenizer());
   EXPECT_EQ(d.Push(93643), " ");
   EXPECT_EQ(d.Push(244), "🤖");
   EXPECT_EQ(d.Flush(), "");
-  TokenStreamDecoder dangling(Tok());
+  TokenStreamDecoder dangling(test::FixtureTokenizer());
   EXPECT_EQ(dangling.Push(24912), "hello");
   EXPECT_EQ(dangling.Push(93643), " ");
   EXPECT_EQ(dangling.Flush(), "\xEF\xBF\xBD");
@@ -208,21 +197,21 @@ TEST(TokenizerTest, StreamDecoderHoldsBackSplitCharacters) {
 TEST(TokenizerTest, StreamDecoderEqualsFullDecodeOnCorpus) {
   size_t split_chars = 0;
   for (const auto& e : LoadCorpus()) {
-    TokenStreamDecoder d(Tok(), /*skip_special=*/false);
+    TokenStreamDecoder d(test::FixtureTokenizer(), /*skip_special=*/false);
     std::string streamed;
     for (int32_t id : e.ids) {
       const std::string piece = d.Push(id);
-      if (piece.empty() && !Tok().TokenBytes(id).empty()) ++split_chars;
+      if (piece.empty() && !test::FixtureTokenizer().TokenBytes(id).empty()) ++split_chars;
       streamed += piece;
     }
     streamed += d.Flush();
-    ASSERT_EQ(streamed, Tok().Decode(e.ids)) << json(e.text).dump();
+    ASSERT_EQ(streamed, test::FixtureTokenizer().Decode(e.ids)) << json(e.text).dump();
   }
   EXPECT_GT(split_chars, 0u);  // the corpus does exercise characters split across tokens
 }
 
 TEST(TokenizerTest, StreamDecoderSkipsSpecialByDefault) {
-  TokenStreamDecoder d(Tok());
+  TokenStreamDecoder d(test::FixtureTokenizer());
   std::string out;
   for (int32_t id : {200019, 24912, 200020, 200023}) out += d.Push(id);
   out += d.Flush();
@@ -233,7 +222,7 @@ TEST(TokenizerTest, InvalidUtf8IsInvalidArgumentWithOffset) {
   for (const auto& [text, offset] : std::vector<std::pair<std::string, size_t>>{
            {"abc\xFF", 3}, {"ok \xC3", 3}, {"\xC0\xAF", 0}, {"x\xED\xA0\x80", 1}, {"ab\xF4\x90\x80\x80", 2},
            {"caf\xC3\xA9 \x80", 6}}) {
-    auto r = Tok().Encode(text);
+    auto r = test::FixtureTokenizer().Encode(text);
     ASSERT_FALSE(r.ok()) << "expected an error at offset " << offset;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("byte offset " + std::to_string(offset)), std::string::npos)
@@ -247,13 +236,13 @@ TEST(TokenizerTest, LongInputsRoundTrip) {
   std::string text;
   const auto corpus = LoadCorpus();
   for (size_t i = 0; text.size() < 100 * 1024; ++i) text += corpus[i % corpus.size()].text;
-  auto ids = Tok().Encode(text);
+  auto ids = test::FixtureTokenizer().Encode(text);
   ASSERT_TRUE(ids.ok());
-  EXPECT_EQ(Tok().Decode(*ids), text);
+  EXPECT_EQ(test::FixtureTokenizer().Decode(*ids), text);
   const std::string huge = std::string(200000, ' ') + "x" + std::string(100000, '=');
-  auto sp = Tok().Encode(huge);
+  auto sp = test::FixtureTokenizer().Encode(huge);
   ASSERT_TRUE(sp.ok());
-  EXPECT_EQ(Tok().Decode(*sp), huge);
+  EXPECT_EQ(test::FixtureTokenizer().Decode(*sp), huge);
 }
 
 TEST(TokenizerTest, ConcurrentEncodeIsConsistent) {
@@ -263,7 +252,7 @@ TEST(TokenizerTest, ConcurrentEncodeIsConsistent) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (size_t i = static_cast<size_t>(t); i < corpus.size(); i += 2) {
-        auto r = Tok().Encode(corpus[i].text);
+        auto r = test::FixtureTokenizer().Encode(corpus[i].text);
         if (!r.ok() || *r != corpus[i].ids) ++mismatches[static_cast<size_t>(t)];
       }
     });
