@@ -8,17 +8,14 @@
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/attention.h"
 #include "phi4mm/kernels/ops.h"
+#include "phi4mm/models/weight_loading.h"
 
 namespace phi4mm {
 
 namespace {
 
 Result<std::vector<float>> LoadVector(const Checkpoint& ckpt, const std::string& name, int64_t n) {
-  PHI4MM_ASSIGN_OR_RETURN(TensorView t, ckpt.Get(name, {n}));
-  PHI4MM_ASSIGN_OR_RETURN(WeightMatrix m, WeightMatrix::FromData(t.dtype, t.data, 1, n));
-  std::vector<float> v(static_cast<size_t>(n));
-  m.Row(0, v.data());
-  return v;
+  return LoadFloats(ckpt, name, {n});
 }
 
 }  // namespace
@@ -76,9 +73,8 @@ Result<std::shared_ptr<const Decoder>> Decoder::Load(const Checkpoint& ckpt, con
   }
   PHI4MM_ASSIGN_OR_RETURN(d->final_norm_, LoadVector(ckpt, "model.norm.weight", H));
   if (const TensorView* lm = ckpt.Find("lm_head.weight"); lm != nullptr && !c.tie_word_embeddings) {
-    PHI4MM_ASSIGN_OR_RETURN(TensorView t, ckpt.Get("lm_head.weight", {c.vocab_size, H}));
-    PHI4MM_ASSIGN_OR_RETURN(WeightMatrix stored, WeightMatrix::FromData(t.dtype, t.data, c.vocab_size, H));
-    PHI4MM_ASSIGN_OR_RETURN(d->untied_lm_head_, stored.ConvertedTo(EmbeddingFormat(quant), pool));
+    PHI4MM_ASSIGN_OR_RETURN(d->untied_lm_head_, LoadWeight(ckpt, "lm_head.weight", {c.vocab_size, H}, c.vocab_size, H,
+                                                           EmbeddingFormat(quant), pool));
   } else if (!c.tie_word_embeddings) {
     return NotFound("config.json says tie_word_embeddings=false but the checkpoint has no lm_head.weight");
   }

@@ -4,17 +4,15 @@
 #include <algorithm>
 #include <vector>
 
-#include "phi4mm/base/file_map.h"
+#include "phi4mm/models/weight_loading.h"
 
 namespace phi4mm {
 
 Result<TokenEmbedding> TokenEmbedding::Load(const Checkpoint& ckpt, const TextConfig& cfg, QuantMode quant,
                                             ThreadPool* pool) {
   TokenEmbedding e;
-  PHI4MM_ASSIGN_OR_RETURN(TensorView t, ckpt.Get("model.embed_tokens.weight", {cfg.vocab_size, cfg.hidden_size}));
-  PHI4MM_ASSIGN_OR_RETURN(WeightMatrix stored, WeightMatrix::FromData(t.dtype, t.data, cfg.vocab_size, cfg.hidden_size));
-  PHI4MM_ASSIGN_OR_RETURN(e.table_, stored.ConvertedTo(EmbeddingFormat(quant), pool));
-  if (e.table_.format() != stored.format()) AdviseUnneeded(t.data, t.nbytes);  // the bf16 table is not read again
+  PHI4MM_ASSIGN_OR_RETURN(e.table_, LoadWeight(ckpt, "model.embed_tokens.weight", {cfg.vocab_size, cfg.hidden_size},
+                                               cfg.vocab_size, cfg.hidden_size, EmbeddingFormat(quant), pool));
   return e;
 }
 

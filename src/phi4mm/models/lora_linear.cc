@@ -1,18 +1,11 @@
 // LoraLinear loading and forward.
 #include "phi4mm/models/lora_linear.h"
 
-#include "phi4mm/base/file_map.h"
+#include "phi4mm/models/weight_loading.h"
 
 namespace phi4mm {
 
 namespace {
-
-Result<WeightMatrix> LoadMatrix(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols) {
-  PHI4MM_ASSIGN_OR_RETURN(TensorView t, ckpt.Get(name, {rows, cols}));
-  auto w = WeightMatrix::FromData(t.dtype, t.data, rows, cols);
-  if (!w.ok()) return w.status().WithContext("tensor '" + ckpt.SourceName(name) + "'");
-  return w;
-}
 
 Result<std::optional<LoraAdapter>> LoadAdapter(const Checkpoint& ckpt, const LoraAdapterConfig& lc,
                                                const std::string& prefix, const std::string& name,
@@ -24,8 +17,8 @@ Result<std::optional<LoraAdapter>> LoadAdapter(const Checkpoint& ckpt, const Lor
     return NotFound("config declares a " + name + " LoRA (r=" + std::to_string(lc.rank) + ") but the checkpoint has no '" +
                     ckpt.SourceName(a_name) + "'");
   LoraAdapter ad;
-  PHI4MM_ASSIGN_OR_RETURN(ad.a, LoadMatrix(ckpt, a_name, lc.rank, in));
-  PHI4MM_ASSIGN_OR_RETURN(ad.b, LoadMatrix(ckpt, b_name, out, lc.rank));
+  PHI4MM_ASSIGN_OR_RETURN(ad.a, LoadWeight(ckpt, a_name, {lc.rank, in}, lc.rank, in));
+  PHI4MM_ASSIGN_OR_RETURN(ad.b, LoadWeight(ckpt, b_name, {out, lc.rank}, out, lc.rank));
   ad.scale = static_cast<float>(lc.scale());
   return std::optional<LoraAdapter>(std::move(ad));
 }
@@ -36,11 +29,8 @@ Result<LoraLinear> LoraLinear::Load(const Checkpoint& ckpt, const ModelConfig& c
                                     int64_t out_features, int64_t in_features,
                                     std::optional<WeightFormat> base_format, ThreadPool* pool) {
   LoraLinear l;
-  PHI4MM_ASSIGN_OR_RETURN(WeightMatrix stored, LoadMatrix(ckpt, prefix + ".weight", out_features, in_features));
-  PHI4MM_ASSIGN_OR_RETURN(l.base_, stored.ConvertedTo(base_format, pool));
-  // The stored copy is not read again once converted: drop its pages from the resident set.
-  if (l.base_.format() != stored.format())
-    if (const TensorView* t = ckpt.Find(prefix + ".weight")) AdviseUnneeded(t->data, t->nbytes);
+  PHI4MM_ASSIGN_OR_RETURN(l.base_, LoadWeight(ckpt, prefix + ".weight", {out_features, in_features}, out_features,
+                                              in_features, base_format, pool));
   PHI4MM_ASSIGN_OR_RETURN(l.vision_, LoadAdapter(ckpt, cfg.vision_lora, prefix, "vision", out_features, in_features));
   PHI4MM_ASSIGN_OR_RETURN(l.speech_, LoadAdapter(ckpt, cfg.speech_lora, prefix, "speech", out_features, in_features));
   return l;

@@ -15,6 +15,7 @@
 #include "phi4mm/kernels/ops.h"
 #include "phi4mm/kernels/speech_ops.h"
 #include "phi4mm/kernels/weight_matrix.h"
+#include "phi4mm/models/weight_loading.h"
 
 namespace phi4mm {
 
@@ -25,16 +26,6 @@ constexpr float kLayerNormEps = 1e-5f;  // every nn.LayerNorm of the encoder use
 // a multiple of it and every block runs on each 500-frame chunk independently (spec §5.4).
 constexpr int64_t kMaxSeqLen = 500;
 const std::string kPrefix = "model.embed_tokens_extend.audio_embed.";
-
-Result<std::vector<float>> LoadFloats(const Checkpoint& ckpt, const std::string& name,
-                                      const std::vector<int64_t>& shape) {
-  PHI4MM_ASSIGN_OR_RETURN(TensorView t, ckpt.Get(name, shape));
-  const int64_t n = t.numel();
-  PHI4MM_ASSIGN_OR_RETURN(WeightMatrix m, WeightMatrix::FromData(t.dtype, t.data, 1, n));
-  std::vector<float> v(static_cast<size_t>(n));
-  m.Row(0, v.data());
-  return v;
-}
 
 // nn.Linear, or a Conv1d/Conv2d with a 1-wide kernel (weight [out, in, 1(, 1)]), with bias.
 struct Linear {
@@ -50,8 +41,9 @@ struct Linear {
 
 Result<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& base, const std::vector<int64_t>& shape) {
   Linear l;
-  PHI4MM_ASSIGN_OR_RETURN(TensorView t, ckpt.Get(base + ".weight", shape));
-  PHI4MM_ASSIGN_OR_RETURN(l.w, WeightMatrix::FromData(t.dtype, t.data, shape[0], shape[1]));
+  int64_t cols = 1;
+  for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
+  PHI4MM_ASSIGN_OR_RETURN(l.w, LoadWeight(ckpt, base + ".weight", shape, shape[0], cols));
   PHI4MM_ASSIGN_OR_RETURN(l.b, LoadFloats(ckpt, base + ".bias", {shape[0]}));
   return l;
 }

@@ -11,29 +11,13 @@
 
 #include "phi4mm/kernels/vision_ops.h"
 #include "phi4mm/models/vision_position.h"
+#include "phi4mm/models/weight_loading.h"
 
 namespace phi4mm {
 
 namespace {
 
 const char kPrefix[] = "model.embed_tokens_extend.image_embed.";
-
-Result<std::vector<float>> LoadFloats(const Checkpoint& ckpt, const std::string& name,
-                                      const std::vector<int64_t>& shape) {
-  PHI4MM_ASSIGN_OR_RETURN(TensorView t, ckpt.Get(name, shape));
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  PHI4MM_ASSIGN_OR_RETURN(WeightMatrix m, WeightMatrix::FromData(t.dtype, t.data, 1, n));
-  std::vector<float> v(static_cast<size_t>(n));
-  m.Row(0, v.data());
-  return v;
-}
-
-Result<WeightMatrix> LoadMatrix(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape,
-                                int64_t rows, int64_t cols) {
-  PHI4MM_ASSIGN_OR_RETURN(TensorView t, ckpt.Get(name, shape));
-  return WeightMatrix::FromData(t.dtype, t.data, rows, cols);
-}
 
 void Tap(TensorTap* tap, const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
   if (tap) tap->Tap(name, v.data(), shape);
@@ -69,13 +53,13 @@ Result<std::shared_ptr<const VisionModel>> VisionModel::Load(const Checkpoint& c
   m->layers_to_run_ = index;
   const int64_t P = m->patches_per_side_, ps = c.patch_size;
   const std::string p = std::string(kPrefix) + "img_processor.";
-  PHI4MM_ASSIGN_OR_RETURN(m->patch_.w, LoadMatrix(ckpt, p + "embeddings.patch_embedding.weight", {D, 3, ps, ps}, D,
+  PHI4MM_ASSIGN_OR_RETURN(m->patch_.w, LoadWeight(ckpt, p + "embeddings.patch_embedding.weight", {D, 3, ps, ps}, D,
                                                   3 * ps * ps));
   PHI4MM_ASSIGN_OR_RETURN(m->patch_.b, LoadFloats(ckpt, p + "embeddings.patch_embedding.bias", {D}));
   PHI4MM_ASSIGN_OR_RETURN(m->position_,
-                          LoadMatrix(ckpt, p + "embeddings.position_embedding.weight", {P * P, D}, P * P, D));
+                          LoadWeight(ckpt, p + "embeddings.position_embedding.weight", {P * P, D}, P * P, D));
   auto linear = [&](const std::string& name, int64_t out, int64_t in, Linear* l) -> Status {
-    PHI4MM_ASSIGN_OR_RETURN(l->w, LoadMatrix(ckpt, name + ".weight", {out, in}, out, in));
+    PHI4MM_ASSIGN_OR_RETURN(l->w, LoadWeight(ckpt, name + ".weight", {out, in}, out, in));
     PHI4MM_ASSIGN_OR_RETURN(l->b, LoadFloats(ckpt, name + ".bias", {out}));
     return Status::Ok();
   };

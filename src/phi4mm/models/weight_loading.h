@@ -1,0 +1,30 @@
+// The one way model parts turn a checkpoint tensor into a WeightMatrix: a zero-copy view of the
+// stored tensor (the checkpoint's memory map), or a copy converted to a requested format at load,
+// in which case the stored pages are dropped from the resident set because they are not read
+// again. Every loader (decoder, LoRA adapters, embedding, vision, speech) goes through here, so a
+// new storage source (a pre-quantized checkpoint) plugs in at one place.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phi4mm/base/status.h"
+#include "phi4mm/base/thread_pool.h"
+#include "phi4mm/io/checkpoint.h"
+#include "phi4mm/kernels/weight_matrix.h"
+
+namespace phi4mm {
+
+// Tensor `name` of exactly `shape` (any rank), seen as a [rows, cols] matrix (rows * cols must be
+// its element count), converted to `format` when set (rows split over `pool`). Errors name the
+// tensor as the checkpoint stores it.
+Result<WeightMatrix> LoadWeight(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape,
+                                int64_t rows, int64_t cols, std::optional<WeightFormat> format = std::nullopt,
+                                ThreadPool* pool = nullptr);
+
+// Tensor `name` of exactly `shape`, as float32 values (biases, norms, small parameters).
+Result<std::vector<float>> LoadFloats(const Checkpoint& ckpt, const std::string& name,
+                                      const std::vector<int64_t>& shape);
+
+}  // namespace phi4mm
