@@ -89,6 +89,27 @@ Result<WeightMatrix> WeightMatrix::FromData(DType dtype, const void* data, int64
   return w;
 }
 
+Result<WeightMatrix> WeightMatrix::FromStorage(WeightFormat format, const void* data, size_t nbytes, int64_t rows,
+                                               int64_t cols) {
+  WeightMatrix w;
+  w.format_ = format;
+  w.rows_ = rows;
+  w.cols_ = cols;
+  w.row_bytes_ = RowBytesOf(format, cols);
+  if (rows < 0 || cols < 0 || nbytes != w.bytes())
+    return InvalidArgument(std::string(WeightFormatName(format)) + " storage of " + std::to_string(rows) + "x" +
+                           std::to_string(cols) + " needs " + std::to_string(w.bytes()) + " bytes, got " +
+                           std::to_string(nbytes));
+  if (reinterpret_cast<uintptr_t>(data) % alignof(uint32_t) != 0) {
+    w.owned_ = std::make_shared<std::vector<uint8_t>>(w.bytes());
+    std::memcpy(w.owned_->data(), data, w.bytes());
+    w.data_ = w.owned_->data();
+  } else {
+    w.data_ = data;
+  }
+  return w;
+}
+
 WeightMatrix WeightMatrix::FromF32(std::vector<float> values, int64_t rows, int64_t cols) {
   WeightMatrix w;
   w.rows_ = rows;

@@ -40,6 +40,10 @@ class WeightMatrix {
   // Unaligned data is copied into an owned buffer.
   static Result<WeightMatrix> FromData(DType dtype, const void* data, int64_t rows, int64_t cols);
   static WeightMatrix FromF32(std::vector<float> values, int64_t rows, int64_t cols);
+  // A view of `nbytes` of rows already in `format`'s storage layout — what data()/bytes() of a
+  // matrix in that format hold (a pre-quantized checkpoint). Fails when nbytes does not match.
+  static Result<WeightMatrix> FromStorage(WeightFormat format, const void* data, size_t nbytes, int64_t rows,
+                                          int64_t cols);
 
   // A copy in `target` format (owned storage); the same matrix when it already is. Block formats
   // are quantized round-to-nearest from the values Row() gives. Rows are split over `pool`.
