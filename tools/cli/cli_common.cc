@@ -75,8 +75,9 @@ void ModelFlags::Register(CLI::App* app) {
   app->add_option("-m,--model", dir, "Checkpoint folder (Hugging Face layout)")->required();
   app->add_option("-t,--threads", threads, "Worker threads; 0 = one per core")->capture_default_str();
   app->add_option("--quant", quant,
-                  "Decoder weight format, converted at load: none (as stored), bf16, q8 (8-bit blocks), "
-                  "q4 (4-bit blocks with an 8-bit embedding/lm_head)")
+                  "Decoder weight format, converted at load: none (as stored; a folder written by "
+                  "`phi4mm quantize` runs in its mode), bf16, q8 (8-bit blocks), q4 (4-bit blocks with an "
+                  "8-bit embedding/lm_head)")
       ->capture_default_str();
   app->add_flag("-v,--verbose", verbose, "Print load and generation timings to stderr");
 }
@@ -96,8 +97,10 @@ Result<std::shared_ptr<const Model>> LoadModel(const ModelFlags& flags) {
   auto m = Model::Load(flags.dir, opts);
   if (m.ok() && flags.verbose) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string& pre = (*m)->checkpoint().prequantized();
+    const std::string weights = pre.empty() ? QuantModeName(opts.quant) : pre + ", pre-quantized";
     std::fprintf(stderr, "[phi4mm] loaded %s (%s, decoder weights: %s) in %.2f s, %d threads\n", flags.dir.c_str(),
-                 LayoutName((*m)->config().layout), QuantModeName(opts.quant), s, (*m)->pool()->num_threads());
+                 LayoutName((*m)->config().layout), weights.c_str(), s, (*m)->pool()->num_threads());
   }
   return m;
 }

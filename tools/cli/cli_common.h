@@ -63,6 +63,14 @@ struct BenchFlags {
   void Register(CLI::App* app);
 };
 
+// `phi4mm quantize` flags (tools/cli/cmd_quantize.cc).
+struct QuantizeFlags {
+  std::string in_dir, out_dir, quant;
+  int threads = 0;
+  bool force = false;
+  void Register(CLI::App* app);
+};
+
 // Prints "phi4mm: error: <message>" to stderr and returns the exit code for it.
 int ReportError(const Status& st);
 // Loads the model, printing the load time with --verbose.
@@ -88,6 +96,7 @@ int ChatCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlag
 int InfoCommand(const ModelFlags& mf, bool json);
 int TokenizeCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& text, bool chat);
 int BenchCommand(const BenchFlags& flags);
+int QuantizeCommand(const QuantizeFlags& flags);
 int CountCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& prompt, const std::string& system);
 
 }  // namespace phi4mm::cli

@@ -35,6 +35,18 @@ int InfoCommand(const ModelFlags& mf, bool as_json) {
   j["layout"] = info.layout;
   j["model_type"] = c.model_type;
   j["files"] = info.num_files;
+  const Checkpoint& ckpt = (*model)->checkpoint();
+  int64_t packed = 0;
+  uint64_t weight_bytes = 0;
+  for (const auto& [name, tv] : ckpt.tensors()) {
+    packed += tv.packed ? 1 : 0;
+    weight_bytes += tv.nbytes;
+  }
+  j["weight_bytes"] = weight_bytes;
+  if (ckpt.prequantized().empty())
+    j["prequantized"] = nullptr;
+  else
+    j["prequantized"] = {{"quant", ckpt.prequantized()}, {"tensors", packed}};
   j["parameters"] = {{"embedding", info.params_embedding},     {"decoder", info.params_decoder},
                      {"vision", info.params_vision},           {"speech", info.params_speech},
                      {"vision_lora", info.params_vision_lora}, {"speech_lora", info.params_speech_lora},
@@ -58,6 +70,12 @@ int InfoCommand(const ModelFlags& mf, bool as_json) {
   for (const auto& [k, v] : info.params_by_dtype) total += v;
   std::printf("folder:          %s\n", info.dir.c_str());
   std::printf("layout:          %s, %zu safetensors file(s)\n", info.layout.c_str(), info.num_files);
+  if (ckpt.prequantized().empty())
+    std::printf("weights:         %s as published\n", Human(static_cast<double>(weight_bytes)).c_str());
+  else
+    std::printf("weights:         %s, pre-quantized by phi4mm quantize --quant %s (%lld tensors converted)\n",
+                Human(static_cast<double>(weight_bytes)).c_str(), ckpt.prequantized().c_str(),
+                static_cast<long long>(packed));
   std::printf("parameters:      %lld total\n", static_cast<long long>(total));
   for (const char* part : {"embedding", "decoder", "vision", "speech", "vision_lora", "speech_lora", "other"})
     std::printf("  %-13s %lld\n", part, static_cast<long long>(j["parameters"][part].get<int64_t>()));

@@ -51,6 +51,11 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmark prefill, decode, LoRA, vision and audio against measured ceilings");
   bench_flags.Register(bench);
 
+  QuantizeFlags quantize_flags;
+  CLI::App* quantize =
+      app.add_subcommand("quantize", "Write a pre-quantized copy of a checkpoint that later starts map without converting");
+  quantize_flags.Register(quantize);
+
   bool known = argc <= 1 || argv[1][0] == '-';
   std::string names;
   for (const CLI::App* sub : app.get_subcommands({})) {
@@ -79,5 +84,6 @@ int main(int argc, char** argv) {
   if (tokenize->parsed()) return TokenizeCommand(tok_model, tok_media, text, tok_chat);
   if (count->parsed()) return CountCommand(count_model, count_media, prompt, system);
   if (bench->parsed()) return BenchCommand(bench_flags);
+  if (quantize->parsed()) return QuantizeCommand(quantize_flags);
   return 2;
 }

@@ -66,13 +66,32 @@ std::string CanonicalNameFromPeft(const std::string& name, const std::string& ad
   return n;
 }
 
-Status Checkpoint::AddFile(const std::string& path, const std::string& adapter, CheckpointLayout layout) {
+namespace {
+
+std::string Canonical(const std::string& name, const std::string& adapter, CheckpointLayout layout) {
+  if (!adapter.empty()) return CanonicalNameFromPeft(name, adapter);
+  if (layout == CheckpointLayout::kOriginal) return CanonicalNameFromOriginal(name);
+  return name;
+}
+
+}  // namespace
+
+std::string Checkpoint::CanonicalNameIn(size_t file_index, const std::string& stored_name) const {
+  return Canonical(stored_name, file_index < file_adapters_.size() ? file_adapters_[file_index] : "", layout_);
+}
+
+Status Checkpoint::AddFile(const std::string& path, const std::string& adapter) {
   PHI4MM_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(path));
+  const std::string& quant = f.packed_quant();
+  if (!files_.empty() && quant != prequantized_)
+    return DataLoss("'" + path + "' " +
+                    (quant.empty() ? std::string("is not pre-quantized") : "was pre-quantized with --quant " + quant) +
+                    " but '" + files_.front().path() + "' " +
+                    (prequantized_.empty() ? std::string("is not") : "was with --quant " + prequantized_) +
+                    ": the folder mixes files of different checkpoints; quantize the original again");
+  prequantized_ = quant;
   for (const auto& [name, view] : f.tensors()) {
-    std::string canonical;
-    if (!adapter.empty()) canonical = CanonicalNameFromPeft(name, adapter);
-    else if (layout == CheckpointLayout::kOriginal) canonical = CanonicalNameFromOriginal(name);
-    else canonical = name;
+    const std::string canonical = Canonical(name, adapter, layout_);
     if (tensors_.count(canonical))
       return DataLoss("tensor '" + name + "' in '" + path + "' is also stored in '" + tensors_[canonical].file +
                       "' (duplicate tensor across shards)");
@@ -80,12 +99,14 @@ Status Checkpoint::AddFile(const std::string& path, const std::string& adapter, 
     if (canonical != name) source_names_.emplace(canonical, name);
   }
   files_.push_back(std::move(f));
+  file_adapters_.push_back(adapter);
   return Status::Ok();
 }
 
 Result<Checkpoint> Checkpoint::Open(const std::string& dir, CheckpointLayout layout) {
   Checkpoint c;
   c.dir_ = dir;
+  c.layout_ = layout;
   const std::string index_path = JoinPath(dir, "model.safetensors.index.json");
   const std::string single_path = JoinPath(dir, "model.safetensors");
   if (FileExists(index_path)) {
@@ -111,7 +132,7 @@ Result<Checkpoint> Checkpoint::Open(const std::string& dir, CheckpointLayout lay
       const std::string p = JoinPath(dir, file);
       if (!FileExists(p))
         return NotFound("shard '" + file + "' listed in '" + index_path + "' is missing from '" + dir + "'");
-      PHI4MM_RETURN_IF_ERROR(c.AddFile(p, "", layout));
+      PHI4MM_RETURN_IF_ERROR(c.AddFile(p, ""));
     }
     for (auto it = idx["weight_map"].begin(); it != idx["weight_map"].end(); ++it) {
       const std::string canonical =
@@ -121,14 +142,14 @@ Result<Checkpoint> Checkpoint::Open(const std::string& dir, CheckpointLayout lay
                         it.value().get<std::string>() + "' but that shard does not contain it");
     }
   } else if (FileExists(single_path)) {
-    PHI4MM_RETURN_IF_ERROR(c.AddFile(single_path, "", layout));
+    PHI4MM_RETURN_IF_ERROR(c.AddFile(single_path, ""));
   } else {
     return NotFound("'" + dir + "' has neither model.safetensors nor model.safetensors.index.json");
   }
   if (layout == CheckpointLayout::kNative) {
     for (const char* adapter : {"vision", "speech"}) {
       const std::string p = JoinPath(JoinPath(dir, std::string(adapter) + "-lora"), "adapter_model.safetensors");
-      if (FileExists(p)) PHI4MM_RETURN_IF_ERROR(c.AddFile(p, adapter, layout));
+      if (FileExists(p)) PHI4MM_RETURN_IF_ERROR(c.AddFile(p, adapter));
     }
   }
   return c;
@@ -149,9 +170,9 @@ Result<TensorView> Checkpoint::Get(const std::string& name, const std::vector<in
   if (t == nullptr)
     return NotFound("checkpoint '" + dir_ + "' has no tensor '" + SourceName(name) +
                     "' (is the folder complete and a Phi-4-multimodal checkpoint?)");
-  if (t->shape != shape)
-    return InvalidArgument("tensor '" + SourceName(name) + "' in '" + t->file + "' has shape " + t->ShapeString() +
-                           " but config.json implies " + ShapeToString(shape));
+  if (t->LogicalShape() != shape)
+    return InvalidArgument("tensor '" + SourceName(name) + "' in '" + t->file + "' has shape " +
+                           ShapeToString(t->LogicalShape()) + " but config.json implies " + ShapeToString(shape));
   return *t;
 }
 

@@ -6,6 +6,10 @@
 // `<module>.lora_A.<adapter>.weight` / `<module>.lora_B.<adapter>.weight` (adapter = vision|speech),
 // as in Microsoft's original layout. The original layout's names are mapped by
 // CanonicalNameFromOriginal (the inverse of transformers' convert_phi4_multimodal_weights_to_hf).
+//
+// A folder written by `phi4mm quantize` opens the same way; its packed tensors carry their storage
+// format (TensorView::packed) and prequantized() names the quant mode it was written with. While a
+// ConversionLog is attached, the weight loaders report every tensor they convert to it.
 #pragma once
 
 #include <map>
@@ -16,6 +20,8 @@
 #include "phi4mm/io/safetensors.h"
 
 namespace phi4mm {
+
+class ConversionLog;  // io/prequantized.h
 
 std::string CanonicalNameFromOriginal(const std::string& name);
 // PEFT adapter file key ("base_model.model.<module>.lora_A.weight") -> canonical LoRA name.
@@ -34,12 +40,27 @@ class Checkpoint {
   std::string SourceName(const std::string& name) const;
   const std::string& dir() const { return dir_; }
   size_t num_files() const { return files_.size(); }
+  CheckpointLayout layout() const { return layout_; }
+  // The safetensors files opened, and the canonical name of tensor `stored_name` of files()[i].
+  const std::vector<SafetensorsFile>& files() const { return files_; }
+  std::string CanonicalNameIn(size_t file_index, const std::string& stored_name) const;
+  // The quant mode the folder was written with by `phi4mm quantize` ("q4", ...), or "" when it
+  // holds the checkpoint as published.
+  const std::string& prequantized() const { return prequantized_; }
+
+  // While set (phi4mm quantize), LoadWeight records every conversion into `log` (not owned).
+  void set_conversion_log(ConversionLog* log) { conversion_log_ = log; }
+  ConversionLog* conversion_log() const { return conversion_log_; }
 
  private:
-  Status AddFile(const std::string& path, const std::string& adapter, CheckpointLayout layout);
+  Status AddFile(const std::string& path, const std::string& adapter);
 
   std::string dir_;
+  CheckpointLayout layout_ = CheckpointLayout::kNative;
+  std::string prequantized_;
+  ConversionLog* conversion_log_ = nullptr;
   std::vector<SafetensorsFile> files_;
+  std::vector<std::string> file_adapters_;
   std::map<std::string, TensorView> tensors_;
   std::map<std::string, std::string> source_names_;
 };

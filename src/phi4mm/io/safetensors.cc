@@ -4,14 +4,68 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace phi4mm {
 
 namespace {
+
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the format's own limit is 100 MB
+
+bool StartsWith(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
+// A non-negative JSON integer that fits comfortably in int64 (dimensions, row counts).
+std::optional<int64_t> Dim(const nlohmann::json& j) {
+  if (!j.is_number_unsigned()) return std::nullopt;
+  const uint64_t v = j.get<uint64_t>();
+  if (v > (1ull << 48)) return std::nullopt;
+  return static_cast<int64_t>(v);
 }
+
+// The value of one "phi4mm.tensor.<name>" key, checked against the stored tensor it describes.
+Result<PackedTensor> ParsePackedEntry(const std::string& tw, const std::string& text, const TensorView& t) {
+  const std::string bad = tw + ": pre-quantization metadata ";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(bad + "is not valid JSON (" + e.what() + "); re-run phi4mm quantize");
+  }
+  if (!j.is_object() || !j.contains("format") || !j.contains("shape") || !j.contains("rows") || !j.contains("cols"))
+    return DataLoss(bad + "must be an object with format, shape, rows and cols; re-run phi4mm quantize");
+  PackedTensor p;
+  if (!j["format"].is_string() || j["format"].get<std::string>().empty())
+    return DataLoss(bad + "has no format name");
+  p.format = j["format"].get<std::string>();
+  if (!j["shape"].is_array() || j["shape"].empty() || j["shape"].size() > 8)
+    return DataLoss(bad + "has a shape that is not an array of 1 to 8 dimensions");
+  int64_t numel = 1;
+  for (const auto& d : j["shape"]) {
+    auto dim = Dim(d);
+    if (!dim) return DataLoss(bad + "has a shape with a negative, non-integer or huge dimension");
+    if (*dim != 0 && numel > (int64_t{1} << 48) / *dim) return DataLoss(bad + "has an absurdly large shape");
+    numel *= *dim;
+    p.shape.push_back(*dim);
+  }
+  auto rows = Dim(j["rows"]), cols = Dim(j["cols"]);
+  if (!rows || !cols) return DataLoss(bad + "has rows/cols that are not non-negative integers");
+  p.rows = *rows;
+  p.cols = *cols;
+  if (p.cols != 0 && p.rows > numel / p.cols) return DataLoss(bad + "has rows x cols larger than its shape");
+  if (p.rows * p.cols != numel)
+    return DataLoss(bad + "says " + std::to_string(p.rows) + "x" + std::to_string(p.cols) + " but its shape " +
+                    ShapeToString(p.shape) + " holds " + std::to_string(numel) + " values");
+  if (t.dtype != DType::kU8 || t.shape.size() != 2 || t.shape[0] != p.rows)
+    return DataLoss(tw + " is described as " + std::to_string(p.rows) + " packed rows but is stored as " +
+                    DTypeName(t.dtype) + " " + t.ShapeString() + " (expected U8 [" + std::to_string(p.rows) +
+                    ", row_bytes]); re-run phi4mm quantize");
+  return p;
+}
+
+}  // namespace
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
@@ -69,8 +123,11 @@ Result<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const FileMap> ow
     const auto& v = it.value();
     if (name == "__metadata__") {
       if (!v.is_object()) return DataLoss(where + ": __metadata__ is not an object");
-      for (auto m = v.begin(); m != v.end(); ++m)
+      for (auto m = v.begin(); m != v.end(); ++m) {
         if (m.value().is_string()) f.metadata_[m.key()] = m.value().get<std::string>();
+        else if (StartsWith(m.key(), "phi4mm."))
+          return DataLoss(where + ": __metadata__ key '" + m.key() + "' is not a string (corrupt pre-quantized file)");
+      }
       continue;
     }
     const std::string tw = where + ", tensor '" + name + "'";
@@ -114,7 +171,51 @@ Result<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const FileMap> ow
   for (size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].first < ranges[i - 1].second)
       return DataLoss(where + ": two tensors overlap in the data section (corrupt header)");
+  PHI4MM_RETURN_IF_ERROR(f.ApplyPackedMetadata(where));
   return f;
+}
+
+Status SafetensorsFile::ApplyPackedMetadata(const std::string& where) {
+  bool any = false;
+  for (const auto& [k, v] : metadata_) any = any || StartsWith(k, "phi4mm.");
+  if (!any) return Status::Ok();
+  auto fmt = metadata_.find(kPackedFormatKey);
+  if (fmt == metadata_.end() || fmt->second != kPackedFormatValue)
+    return DataLoss(where + ": __metadata__ has phi4mm.* keys but '" + kPackedFormatKey + "' is not \"" +
+                    kPackedFormatValue + "\" (corrupt pre-quantized file; re-run phi4mm quantize)");
+  auto ver = metadata_.find(kPackedVersionKey);
+  if (ver == metadata_.end())
+    return DataLoss(where + ": pre-quantized file without '" + kPackedVersionKey + "' (re-run phi4mm quantize)");
+  if (ver->second != kPackedVersion)
+    return Unsupported(where + " is a pre-quantized file of format version '" + ver->second +
+                       "' but this phi4mm reads version " + kPackedVersion +
+                       ": quantize the original checkpoint again with this phi4mm");
+  auto quant = metadata_.find(kPackedQuantKey);
+  if (quant == metadata_.end() || quant->second.empty())
+    return DataLoss(where + ": pre-quantized file without its quant mode '" + kPackedQuantKey +
+                    "' (re-run phi4mm quantize)");
+  packed_quant_ = quant->second;
+  const std::string tprefix = kPackedTensorKeyPrefix;
+  for (const auto& [k, v] : metadata_) {
+    if (!StartsWith(k, "phi4mm.") || k == kPackedFormatKey || k == kPackedVersionKey || k == kPackedQuantKey) continue;
+    if (!StartsWith(k, kPackedTensorKeyPrefix))
+      return DataLoss(where + ": unknown pre-quantization metadata key '" + k + "' (re-run phi4mm quantize)");
+    const std::string name = k.substr(tprefix.size());
+    auto it = tensors_.find(name);
+    if (it == tensors_.end())
+      return DataLoss(where + ": metadata describes tensor '" + name + "' that the file does not hold");
+    PHI4MM_ASSIGN_OR_RETURN(it->second.packed, ParsePackedEntry(where + ", tensor '" + name + "'", v, it->second));
+  }
+  for (auto it = tensors_.begin(); it != tensors_.end();) {
+    if (StartsWith(it->first, kPaddingTensorPrefix)) {
+      if (it->second.dtype != DType::kU8 || it->second.shape.size() != 1 || it->second.packed)
+        return DataLoss(where + ": padding tensor '" + it->first + "' is not a 1-D U8 tensor");
+      it = tensors_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace phi4mm

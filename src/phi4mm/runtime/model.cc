@@ -9,6 +9,7 @@ Result<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const L
   PHI4MM_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::LoadFromDir(dir));
   PHI4MM_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir, m->config_.layout));
   m->checkpoint_ = std::make_unique<Checkpoint>(std::move(ckpt));
+  m->checkpoint_->set_conversion_log(opts.conversion_log);
   m->pool_ = std::make_unique<ThreadPool>(opts.num_threads);
   PHI4MM_ASSIGN_OR_RETURN(TokenEmbedding emb,
                           TokenEmbedding::Load(*m->checkpoint_, m->config_.text, opts.quant, m->pool_.get()));
@@ -47,8 +48,8 @@ ModelInfo Model::Info() const {
   const std::string img = "model.embed_tokens_extend.image_embed.";
   const std::string aud = "model.embed_tokens_extend.audio_embed.";
   for (const auto& [name, t] : checkpoint_->tensors()) {
-    const int64_t n = t.numel();
-    info.params_by_dtype[DTypeName(t.dtype)] += n;
+    const int64_t n = t.packed ? t.packed->rows * t.packed->cols : t.numel();
+    info.params_by_dtype[t.packed ? t.packed->format : DTypeName(t.dtype)] += n;
     if (name == "model.embed_tokens.weight") info.params_embedding += n;
     else if (name.find(".lora_A.vision.") != std::string::npos || name.find(".lora_B.vision.") != std::string::npos)
       info.params_vision_lora += n;

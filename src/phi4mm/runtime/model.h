@@ -29,6 +29,9 @@ struct LoadOptions {
   // moves the tiny fixture's logits by ~1.6e-3 relative (docs/benchmarks.md), past the 1e-4 parity
   // tolerance, so float32 stays the default.
   KvDType kv_dtype = KvDType::kF32;
+  // When set, every weight converted at load (also by vision() / speech() later) is recorded here
+  // (`phi4mm quantize`, io/prequantized.h); must outlive the model's loading.
+  ConversionLog* conversion_log = nullptr;
 };
 
 // Parameter counts and sizes for `phi4mm info`.
