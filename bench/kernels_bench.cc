@@ -2,11 +2,14 @@
 // decoder's real shapes (qkv 3072->5120, o 3072->3072, gate_up 3072->16384, down 8192->3072, and
 // the tied lm_head 3072->200064), for decode (n = 1, reported as weight GB/s) and prefill
 // (n = 64 / 512, reported as GFLOP/s), plus a streaming-read bandwidth reference (1 and all
-// threads) so the GEMV numbers can be read as a fraction of the memory ceiling.
+// threads) so the GEMV numbers can be read as a fraction of the memory ceiling. GemvCold streams
+// weights that do not fit in the last-level cache (decode on the full model); TileShape compares
+// register tile shapes for choosing the kernel tables' TileShape.
 //   phi4mm_kernels_bench --benchmark_filter=Gemv   (decode only)
 // PHI4MM_BENCH_THREADS=n sets the matmul pool size (default: one thread per core).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -88,6 +91,70 @@ void DecoderShapes(benchmark::internal::Benchmark* b, bool gemv) {
 
 BENCHMARK(BM_MatMul)->Name("Gemv")->Apply([](auto* b) { DecoderShapes(b, true); })->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MatMul)->Name("Gemm")->Apply([](auto* b) { DecoderShapes(b, false); })->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Decode as it runs on the full model: the weights do not fit in the last-level cache, so the GEMV
+// walks `copies` distinct copies of the matrix (at least 1 GB in all) and reports weight GB/s from
+// memory. Args: format, rows, cols, activation rows (1 for decode, 2-8 for batched requests).
+void BM_GemvCold(benchmark::State& state) {
+  const auto f = static_cast<WeightFormat>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
+  const WeightMatrix& src = Weights(rows, cols, f);
+  const size_t copies = std::max<size_t>(2, (size_t{1} << 30) / src.bytes() + 1);
+  static std::map<std::tuple<int64_t, int64_t, int>, std::vector<std::vector<uint8_t>>> stores;
+  auto& store = stores[{rows, cols, static_cast<int>(f)}];
+  while (store.size() < copies) store.emplace_back(src.data(), src.data() + src.bytes());
+  std::vector<WeightMatrix> mats;
+  for (const auto& bytes : store) mats.push_back(*WeightMatrix::FromStorage(f, bytes.data(), bytes.size(), rows, cols));
+  const std::vector<float> x = Activations(n, cols);
+  std::vector<float> y(static_cast<size_t>(n * rows));
+  size_t next = 0;
+  for (auto _ : state) {
+    mats[next].MatMul(x.data(), n, y.data(), &Pool());
+    next = (next + 1) % mats.size();
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(WeightFormatName(f)) + " " + ActiveKernels().name);
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(src.bytes()) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_GemvCold)
+    ->Name("GemvCold")
+    ->Apply([](auto* b) {
+      for (int f : {1, 3, 4})
+        for (const auto& s : {std::pair<int64_t, int64_t>{16384, 3072}, {3072, 8192}, {5120, 3072}})
+          for (int64_t n : {1, 4}) b->Args({f, s.first, s.second, n});
+    })
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// One tile shape against another on the same matrix (args: format, rows, cols, n, R, N): the
+// active table with its preferred shape replaced, for choosing TileShape values.
+void BM_TileShape(benchmark::State& state) {
+  const auto f = static_cast<WeightFormat>(state.range(0));
+  const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
+  MatMulKernels k = ActiveKernels();
+  const int R = static_cast<int>(state.range(4)), N = static_cast<int>(state.range(5));
+  k.shape[static_cast<int>(f)] = {R, R, N};
+  const WeightMatrix& w = Weights(rows, cols, f);
+  const std::vector<float> x = Activations(n, cols);
+  std::vector<float> y(static_cast<size_t>(n * rows));
+  for (auto _ : state) {
+    w.MatMulWith(k, x.data(), n, y.data(), &Pool());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(WeightFormatName(f)) + " " + k.name);
+  state.counters["GMAC/s"] = benchmark::Counter(1.0 * rows * cols * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_TileShape)
+    ->Name("TileShape")
+    ->Apply([](auto* b) {
+      for (int f : {1, 3, 4})
+        for (const auto& rn : {std::pair<int, int>{1, 4}, {2, 4}, {2, 2}, {3, 4}, {4, 2}, {4, 3}})
+          b->Args({f, 16384, 3072, 256, rn.first, rn.second});
+      for (int f : {1, 3, 4})
+        for (int r : {1, 2, 4}) b->Args({f, 16384, 3072, 1, r, 1});
+    })
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Sums a 512 MiB buffer split over `threads` threads (0: as many as the matmul pool has).
 void BM_StreamRead(benchmark::State& state) {
