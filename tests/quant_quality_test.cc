@@ -138,6 +138,8 @@ TEST_P(QuantQuality, Q8KeepsTheGreedyTokens) {
   ASSERT_NE(model, nullptr);
   EXPECT_EQ(model->decoder().layers()[0].qkv.base().format(), WeightFormat::kQ8_0);
   EXPECT_EQ(model->embedding().matrix().format(), WeightFormat::kQ8_0);
+  ASSERT_NE(model->decoder().layers()[0].qkv.adapter(LoraMode::kSpeech), nullptr);
+  EXPECT_EQ(model->decoder().layers()[0].qkv.adapter(LoraMode::kSpeech)->b.format(), WeightFormat::kBF16);
   const Measured m = TeacherForced(*model, c);
   EXPECT_EQ(m.agree_decisive, m.decisive) << c.name;
   EXPECT_GE(m.min_cosine, kQ8MinCosine) << c.name;
@@ -168,6 +170,12 @@ TEST_P(QuantQuality, Q4LogitsCosineAtLeast099) {
   ASSERT_NE(model, nullptr);
   EXPECT_EQ(model->decoder().layers()[0].gate_up.base().format(), WeightFormat::kQ4K);
   EXPECT_EQ(model->embedding().matrix().format(), WeightFormat::kQ8_0);
+  for (LoraMode mode : {LoraMode::kVision, LoraMode::kSpeech}) {
+    const LoraAdapter* ad = model->decoder().layers()[0].down.adapter(mode);
+    ASSERT_NE(ad, nullptr);
+    EXPECT_EQ(ad->a.format(), WeightFormat::kQ8_0);
+    EXPECT_EQ(ad->b.format(), WeightFormat::kQ8_0);
+  }
   const Measured m = TeacherForced(*model, c);
   EXPECT_GE(m.min_cosine, kQ4MinCosine) << c.name;
   std::printf("[quant] q4 %s: min cosine %.6f over %lld steps, greedy %lld/%lld teacher-forced\n", c.name.c_str(),
