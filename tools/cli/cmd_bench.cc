@@ -52,6 +52,15 @@ std::vector<int32_t> RandomIds(std::mt19937& rng, int64_t n, int64_t vocab) {
   return ids;
 }
 
+// Bytes of the adapters of `mode` (what that mode adds to memory and to every decode step).
+double AdapterBytes(const Decoder& dec, LoraMode mode) {
+  double b = 0;
+  for (const auto& L : dec.layers())
+    for (const LoraLinear* l : {&L.qkv, &L.o, &L.gate_up, &L.down})
+      if (const LoraAdapter* a = l->adapter(mode)) b += static_cast<double>(a->a.bytes() + a->b.bytes());
+  return b;
+}
+
 // Bytes one decode step reads in `mode`: every linear base matrix, the adapter of `mode`, the
 // lm_head and the norms (the KV cache is added by the caller).
 double DecodeWeightBytes(const Decoder& dec, LoraMode mode) {
@@ -59,10 +68,7 @@ double DecodeWeightBytes(const Decoder& dec, LoraMode mode) {
   double b = static_cast<double>(dec.weight_bytes(false));
   if (dec.config().tie_word_embeddings)
     b += static_cast<double>(dec.lm_head().bytes());
-  for (const auto& L : dec.layers())
-    for (const LoraLinear* l : {&L.qkv, &L.o, &L.gate_up, &L.down})
-      if (const LoraAdapter* a = l->adapter(mode)) b += static_cast<double>(a->a.bytes() + a->b.bytes());
-  return b;
+  return b + AdapterBytes(dec, mode);
 }
 
 // Linear multiply-adds per decoder position (base matrices only).
@@ -207,6 +213,7 @@ int BenchCommand(const BenchFlags& f) {
     j["lora"].push_back({{"mode", LoraModeName(m)},
                          {"tok_per_s", tps},
                          {"bytes_per_token", bytes},
+                         {"adapter_bytes", AdapterBytes(dec, m)},
                          {"ceiling_tok_per_s", ceil},
                          {"ratio", tps / ceil},
                          {"ratio_to_text", tps / text_tps}});
@@ -311,7 +318,8 @@ int BenchCommand(const BenchFlags& f) {
   for (const auto& l : j["lora"]) {
     row("decode lora " + l["mode"].get<std::string>() + " (tok/s)", l["tok_per_s"], l["ceiling_tok_per_s"], l["ratio"],
         "%.2f");
-    std::printf("%-28s %12s\n", "  vs text-only", Fmt("%.0f%%", 100 * l["ratio_to_text"].get<double>()).c_str());
+    std::printf("%-28s %12s   adapters %.2f GB\n", "  vs text-only",
+                Fmt("%.0f%%", 100 * l["ratio_to_text"].get<double>()).c_str(), l["adapter_bytes"].get<double>() / 1e9);
   }
   if (j.contains("vision"))
     row("vision (s/crop)", j["vision"]["seconds_per_crop"], j["vision"]["ceiling_seconds_per_crop"],
