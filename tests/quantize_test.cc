@@ -25,6 +25,24 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Fresh temporary folders, removed when the test binary ends (each quantized fixture is ~20 MB).
+std::vector<std::string>& Created() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+std::string Temp(const std::string& name) {
+  Created().push_back(test::TempDir(name));
+  return Created().back();
+}
+class RemoveTempDirs : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    for (const std::string& d : Created()) fs::remove_all(d, ec);
+  }
+};
+const auto* const kRemoveTempDirs = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
+
 // What `phi4mm quantize` does: load every part converted, then write what was converted.
 Status Quantize(const std::string& in, const std::string& out, QuantMode mode) {
   ConversionLog log;
@@ -73,7 +91,7 @@ class QuantizeLayout : public ::testing::TestWithParam<std::tuple<std::string, Q
 TEST_P(QuantizeLayout, LoadsWithoutConvertingAndMatchesLoadTimeQuantization) {
   const auto& [layout, mode] = GetParam();
   const std::string in = test::FixturePath("tiny/" + layout);
-  const std::string out = test::TempDir(std::string("quantized_") + layout + "_" + QuantModeName(mode));
+  const std::string out = Temp(std::string("quantized_") + layout + "_" + QuantModeName(mode));
   Status st = Quantize(in, out, mode);
   ASSERT_TRUE(st.ok()) << st.ToString();
 
@@ -90,21 +108,29 @@ TEST_P(QuantizeLayout, LoadsWithoutConvertingAndMatchesLoadTimeQuantization) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % 64, 0u) << name << " is not 64-byte aligned";
     packed += t.packed ? 1 : 0;
   }
-  if (mode != QuantMode::kBF16) EXPECT_GT(packed, 0);  // the fixture is bf16 already
+  if (mode != QuantMode::kBF16) {  // the fixture is bf16 already
+    EXPECT_GT(packed, 0);
+  }
 
   auto converted = Load(in, mode);
   ASSERT_NE(converted, nullptr);
   const auto want = Logits(converted), got = Logits(pre);
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i] == want[i]) << "logits " << i << " differ";
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(got[i] == want[i]) << "logits " << i << " differ";
+  }
   // Without --quant (none = as stored) the folder runs in the mode it was written with.
   const auto as_stored = Logits(Load(out, QuantMode::kNone));
-  for (size_t i = 0; i < as_stored.size() && i < want.size(); ++i)
+  for (size_t i = 0; i < as_stored.size() && i < want.size(); ++i) {
     EXPECT_TRUE(as_stored[i] == want[i]) << "logits " << i << " differ when loaded as stored";
+  }
 
   // Every non-weight file came along.
-  for (const auto& e : fs::recursive_directory_iterator(in))
-    if (e.is_regular_file()) EXPECT_TRUE(fs::exists(out / e.path().lexically_relative(in))) << e.path();
+  for (const auto& e : fs::recursive_directory_iterator(in)) {
+    if (e.is_regular_file()) {
+      EXPECT_TRUE(fs::exists(out / e.path().lexically_relative(in))) << e.path();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Quantize, QuantizeLayout,
@@ -121,7 +147,7 @@ const std::string& QuantizedQ4(const std::string& layout) {
   static std::map<std::string, std::string> dirs;
   auto& d = dirs[layout];
   if (d.empty()) {
-    d = test::TempDir("quantized_q4_shared_" + layout);
+    d = Temp("quantized_q4_shared_" + layout);
     Status st = Quantize(test::FixturePath("tiny/" + layout), d, QuantMode::kQ4);
     EXPECT_TRUE(st.ok()) << st.ToString();
   }
@@ -137,7 +163,7 @@ TEST(Quantize, OtherModeIsAnErrorNamingTheFolderMode) {
 }
 
 TEST(Quantize, QuantizingAQuantizedFolderAgainCopiesIt) {
-  const std::string again = test::TempDir("quantized_again");
+  const std::string again = Temp("quantized_again");
   Status st = Quantize(QuantizedQ4("orig"), again, QuantMode::kQ4);
   ASSERT_TRUE(st.ok()) << st.ToString();
   auto a = Load(again, QuantMode::kQ4), b = Load(QuantizedQ4("orig"), QuantMode::kQ4);
@@ -157,7 +183,7 @@ void Patch(const std::string& path, const std::string& from, const std::string& 
 }
 
 std::string CorruptedCopy(const std::string& name, const std::string& from, const std::string& to) {
-  const std::string dir = test::TempDir("quantized_corrupt_" + name);
+  const std::string dir = Temp("quantized_corrupt_" + name);
   test::CopyDir(QuantizedQ4("native"), dir);
   Patch(dir + "/model.safetensors", from, to);
   return dir;
@@ -182,7 +208,7 @@ TEST(Quantize, CorruptedMetadataIsAClearError) {
 }
 
 TEST(Quantize, WriterAlignsEveryTensorAndReaderHidesThePadding) {
-  const std::string dir = test::TempDir("writer");
+  const std::string dir = Temp("writer");
   const std::vector<uint8_t> a(3, 7), b(10, 9);
   std::vector<TensorToWrite> ts = {{"a", DType::kU8, {3}, a.data(), 3}, {"b", DType::kBF16, {5}, b.data(), 10}};
   auto n = WriteSafetensors(dir + "/plain.safetensors", ts, {{"format", "pt"}});
@@ -218,7 +244,7 @@ int Sh(const std::string& cmd) {
 }
 
 TEST(Quantize, CommandLine) {
-  const std::string dir = test::TempDir("quantize_cli");
+  const std::string dir = Temp("quantize_cli");
   const std::string out = dir + "/q8", log = dir + "/log";
   const std::string cli = std::string(PHI4MM_CLI_PATH);
   const std::string orig = test::FixturePath("tiny/orig");
