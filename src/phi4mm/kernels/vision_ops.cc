@@ -1,17 +1,69 @@
-// Generic float32 vision-transformer operators: LayerNorm, GELU (tanh and erf), bias rows,
-// masked bidirectional batch attention and 2x2 average pooling. Scalar reference versions.
+// Generic float32 vision-transformer operators: masked bidirectional batch attention, 2x2 average
+// pooling and the row-parallel bias / GELU / residual steps. Scalar reference versions, and the
+// one dispatch point to the AVX2 kernels of vision_ops_avx2.cc.
 #include "phi4mm/kernels/vision_ops.h"
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
+#include "phi4mm/kernels/cpu_features.h"
 #include "phi4mm/kernels/ops.h"
 #include "phi4mm/kernels/weight_matrix.h"
 
 namespace phi4mm {
 
+namespace {
+
+bool UseAvx2() {
+  static const bool use = GetCpuFeatures().avx2 && GetCpuFeatures().fma;
+  return use;
+}
+
+void ForRows(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool) {
+    pool->ParallelFor(n, fn, 16);
+  } else {
+    fn(0, n);
+  }
+}
+
+}  // namespace
+
 void BidirectionalAttention(const float* q, const float* k, const float* v, const uint8_t* key_valid,
+                            const BatchAttentionShape& s, float* out, ThreadPool* pool) {
+  if (UseAvx2()) {
+    vision_internal::BidirectionalAttentionAvx2(q, k, v, key_valid, s, out, pool);
+  } else {
+    BidirectionalAttentionReference(q, k, v, key_valid, s, out, pool);
+  }
+}
+
+void AddBiasParallel(float* y, const float* bias, int64_t n, int64_t dim, ThreadPool* pool) {
+  ForRows(n, pool, [&](int64_t r0, int64_t r1) { AddBiasRows(y + r0 * dim, bias, r1 - r0, dim); });
+}
+
+void AddBiasGeluTanh(float* y, const float* bias, int64_t n, int64_t dim, ThreadPool* pool) {
+  const bool avx2 = UseAvx2();
+  ForRows(n, pool, [&](int64_t r0, int64_t r1) {
+    AddBiasRows(y + r0 * dim, bias, r1 - r0, dim);
+    if (avx2) {
+      vision_internal::GeluTanhAvx2(y + r0 * dim, (r1 - r0) * dim);
+    } else {
+      GeluTanhInPlace(y + r0 * dim, (r1 - r0) * dim);
+    }
+  });
+}
+
+void AddBiasResidual(float* h, const float* y, const float* bias, int64_t n, int64_t dim, ThreadPool* pool) {
+  ForRows(n, pool, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t j = 0; j < dim; ++j) h[i * dim + j] += y[i * dim + j] + bias[j];
+  });
+}
+
+void BidirectionalAttentionReference(const float* q, const float* k, const float* v, const uint8_t* key_valid,
                             const BatchAttentionShape& s, float* out, ThreadPool* pool) {
   const int64_t width = s.n_heads * s.head_dim, hd = s.head_dim, S = s.seq;
   // One task = (sequence, head, block of query rows).

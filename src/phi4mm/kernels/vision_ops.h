@@ -1,7 +1,9 @@
 // Generic float32 operators for vision transformers (no model knowledge): bidirectional multi-head
-// attention over a batch of sequences with a per-key validity mask, and 2x2 average pooling of
-// channels-last feature maps with optional right/bottom reflection padding for odd sizes. (LayerNorm,
-// GELU and bias rows are in kernels/ops.h.)
+// attention over a batch of sequences with a per-key validity mask, 2x2 average pooling of
+// channels-last feature maps with optional right/bottom reflection padding for odd sizes, and the
+// row-parallel bias / tanh-GELU / residual steps of an encoder layer. Each has a scalar reference;
+// attention and GELU dispatch to AVX2 kernels (vision_ops_avx2.cc) when the CPU has AVX2 and FMA.
+// (LayerNorm and the scalar GELUs are in kernels/ops.h.)
 #pragma once
 
 #include <cstdint>
@@ -25,11 +27,29 @@ struct BatchAttentionShape {
 // its keys (what an additive finfo.min mask gives after softmax).
 void BidirectionalAttention(const float* q, const float* k, const float* v, const uint8_t* key_valid,
                             const BatchAttentionShape& shape, float* out, ThreadPool* pool);
+// The scalar reference of BidirectionalAttention (materialised scores, double accumulation).
+void BidirectionalAttentionReference(const float* q, const float* k, const float* v, const uint8_t* key_valid,
+                                     const BatchAttentionShape& shape, float* out, ThreadPool* pool);
+
+// y[i,:] += bias for n rows of dim, rows split over `pool` (may be nullptr).
+void AddBiasParallel(float* y, const float* bias, int64_t n, int64_t dim, ThreadPool* pool);
+// y[i,j] = gelu_tanh(y[i,j] + bias[j]) (torch gelu(approximate="tanh") after the linear's bias).
+void AddBiasGeluTanh(float* y, const float* bias, int64_t n, int64_t dim, ThreadPool* pool);
+// h[i,j] += y[i,j] + bias[j]: a linear's bias and the residual connection, in that order.
+void AddBiasResidual(float* h, const float* y, const float* bias, int64_t n, int64_t dim, ThreadPool* pool);
 
 // x: [batch, h, w, c] channels-last. When h or w is odd the map is first padded by one row at the
 // bottom / one column at the right by reflection (torch ReflectionPad2d((0,1,0,1)) on that side).
 // out: [batch, ceil(h/2), ceil(w/2), c], each the mean ((a+b)+c)+d)/4 of its 2x2 block, in that
 // summation order (row-major within the block).
 void AvgPool2x2(const float* x, int64_t batch, int64_t h, int64_t w, int64_t c, float* out, ThreadPool* pool);
+
+namespace vision_internal {
+// The AVX2 + FMA kernels; call only when the CPU has them.
+void BidirectionalAttentionAvx2(const float* q, const float* k, const float* v, const uint8_t* key_valid,
+                                const BatchAttentionShape& shape, float* out, ThreadPool* pool);
+// In place tanh-GELU of x[0..n) (the scalar GeluTanhInPlace for the tail).
+void GeluTanhAvx2(float* x, int64_t n);
+}  // namespace vision_internal
 
 }  // namespace phi4mm

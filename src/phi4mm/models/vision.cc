@@ -25,7 +25,18 @@ void Tap(TensorTap* tap, const std::string& name, const std::vector<float>& v, s
 
 }  // namespace
 
-Result<std::shared_ptr<const VisionModel>> VisionModel::Load(const Checkpoint& ckpt, const ModelConfig& mc) {
+std::optional<WeightFormat> VisionModel::EncoderLinearFormat(QuantMode quant) {
+  switch (quant) {
+    case QuantMode::kNone: return std::nullopt;
+    case QuantMode::kBF16: return WeightFormat::kBF16;
+    case QuantMode::kQ8:
+    case QuantMode::kQ4: return WeightFormat::kQ8_0;
+  }
+  return std::nullopt;
+}
+
+Result<std::shared_ptr<const VisionModel>> VisionModel::Load(const Checkpoint& ckpt, const ModelConfig& mc,
+                                                             QuantMode quant, ThreadPool* pool) {
   const VisionConfig& c = mc.vision;
   const int64_t D = c.hidden_size, I = c.intermediate_size, T = mc.text.hidden_size;
   if (c.patch_size <= 0 || c.image_size % c.patch_size != 0)
@@ -58,11 +69,13 @@ Result<std::shared_ptr<const VisionModel>> VisionModel::Load(const Checkpoint& c
   PHI4MM_ASSIGN_OR_RETURN(m->patch_.b, LoadFloats(ckpt, p + "embeddings.patch_embedding.bias", {D}));
   PHI4MM_ASSIGN_OR_RETURN(m->position_,
                           LoadWeight(ckpt, p + "embeddings.position_embedding.weight", {P * P, D}, P * P, D));
-  auto linear = [&](const std::string& name, int64_t out, int64_t in, Linear* l) -> Status {
-    PHI4MM_ASSIGN_OR_RETURN(l->w, LoadWeight(ckpt, name + ".weight", {out, in}, out, in));
+  auto linear = [&](const std::string& name, int64_t out, int64_t in, Linear* l,
+                    std::optional<WeightFormat> format = std::nullopt) -> Status {
+    PHI4MM_ASSIGN_OR_RETURN(l->w, LoadWeight(ckpt, name + ".weight", {out, in}, out, in, format, pool));
     PHI4MM_ASSIGN_OR_RETURN(l->b, LoadFloats(ckpt, name + ".bias", {out}));
     return Status::Ok();
   };
+  const std::optional<WeightFormat> format = EncoderLinearFormat(quant);
   for (int64_t i = 0; i < m->layers_to_run_; ++i) {
     const std::string l = p + "encoder.layers." + std::to_string(i) + ".";
     Layer L;
@@ -70,12 +83,12 @@ Result<std::shared_ptr<const VisionModel>> VisionModel::Load(const Checkpoint& c
     PHI4MM_ASSIGN_OR_RETURN(L.ln1_b, LoadFloats(ckpt, l + "layer_norm1.bias", {D}));
     PHI4MM_ASSIGN_OR_RETURN(L.ln2_w, LoadFloats(ckpt, l + "layer_norm2.weight", {D}));
     PHI4MM_ASSIGN_OR_RETURN(L.ln2_b, LoadFloats(ckpt, l + "layer_norm2.bias", {D}));
-    PHI4MM_RETURN_IF_ERROR(linear(l + "self_attn.q_proj", D, D, &L.q));
-    PHI4MM_RETURN_IF_ERROR(linear(l + "self_attn.k_proj", D, D, &L.k));
-    PHI4MM_RETURN_IF_ERROR(linear(l + "self_attn.v_proj", D, D, &L.v));
-    PHI4MM_RETURN_IF_ERROR(linear(l + "self_attn.out_proj", D, D, &L.out));
-    PHI4MM_RETURN_IF_ERROR(linear(l + "mlp.fc1", I, D, &L.fc1));
-    PHI4MM_RETURN_IF_ERROR(linear(l + "mlp.fc2", D, I, &L.fc2));
+    PHI4MM_RETURN_IF_ERROR(linear(l + "self_attn.q_proj", D, D, &L.q, format));
+    PHI4MM_RETURN_IF_ERROR(linear(l + "self_attn.k_proj", D, D, &L.k, format));
+    PHI4MM_RETURN_IF_ERROR(linear(l + "self_attn.v_proj", D, D, &L.v, format));
+    PHI4MM_RETURN_IF_ERROR(linear(l + "self_attn.out_proj", D, D, &L.out, format));
+    PHI4MM_RETURN_IF_ERROR(linear(l + "mlp.fc1", I, D, &L.fc1, format));
+    PHI4MM_RETURN_IF_ERROR(linear(l + "mlp.fc2", D, I, &L.fc2, format));
     m->layers_.push_back(std::move(L));
   }
   const std::string e = kPrefix;
@@ -88,7 +101,7 @@ Result<std::shared_ptr<const VisionModel>> VisionModel::Load(const Checkpoint& c
 
 void VisionModel::Apply(const Linear& l, const float* x, int64_t n, float* y, ThreadPool* pool) const {
   l.w.MatMul(x, n, y, pool);
-  AddBiasRows(y, l.b.data(), n, l.w.rows());
+  AddBiasParallel(y, l.b.data(), n, l.w.rows(), pool);
 }
 
 // Phi4MultimodalVisionModel.forward (embeddings + encoder layers) for B crops.
@@ -157,13 +170,13 @@ Result<std::vector<float>> VisionModel::EncodeCrops(const float* pixels, const u
     Apply(L.v, x.data(), rows, v.data(), pool);
     BidirectionalAttention(q.data(), k.data(), v.data(), any_masked ? key_valid.data() : nullptr, shape, att.data(),
                            pool);
-    Apply(L.out, att.data(), rows, x.data(), pool);
-    for (size_t i = 0; i < h.size(); ++i) h[i] += x[i];
+    L.out.w.MatMul(att.data(), rows, x.data(), pool);
+    AddBiasResidual(h.data(), x.data(), L.out.b.data(), rows, D, pool);  // h += out_proj(att)
     LayerNorm(h.data(), L.ln2_w.data(), L.ln2_b.data(), rows, D, eps, x.data(), pool);
-    Apply(L.fc1, x.data(), rows, mid.data(), pool);
-    GeluTanhInPlace(mid.data(), static_cast<int64_t>(mid.size()));
-    Apply(L.fc2, mid.data(), rows, x.data(), pool);
-    for (size_t i = 0; i < h.size(); ++i) h[i] += x[i];
+    L.fc1.w.MatMul(x.data(), rows, mid.data(), pool);
+    AddBiasGeluTanh(mid.data(), L.fc1.b.data(), rows, I, pool);  // mid = gelu_tanh(fc1(x)): [rows, I]
+    L.fc2.w.MatMul(mid.data(), rows, x.data(), pool);
+    AddBiasResidual(h.data(), x.data(), L.fc2.b.data(), rows, D, pool);  // h += fc2(mid)
     Tap(tap, tap_prefix + "layer." + std::to_string(li), h, {B, N, D});
   }
   return h;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,15 @@ namespace phi4mm {
 
 class VisionModel {
  public:
-  static Result<std::shared_ptr<const VisionModel>> Load(const Checkpoint& ckpt, const ModelConfig& cfg);
+  // `quant` picks the encoder layers' linear format (EncoderLinearFormat); the patch embedding,
+  // positions and projection MLP keep the stored format. Conversion rows are split over `pool`.
+  static Result<std::shared_ptr<const VisionModel>> Load(const Checkpoint& ckpt, const ModelConfig& cfg,
+                                                         QuantMode quant = QuantMode::kNone,
+                                                         ThreadPool* pool = nullptr);
+  // The format of the encoder layers' q/k/v/out/fc1/fc2 under `quant`: as stored for kNone, bf16
+  // for kBF16, Q8_0 for kQ8 and kQ4 (the encoder gets no 4-bit format: int8 keeps its features
+  // close to float, see tests/vision_quant_test.cc, and its GEMMs are compute-bound, not read-bound).
+  static std::optional<WeightFormat> EncoderLinearFormat(QuantMode quant);
   // Features for the image's placeholder tokens: [image.num_tokens, text hidden_size]. All crops of
   // the image go through the encoder as one batch. Taps use `tap_prefix` (e.g. "image.0.").
   Result<std::vector<float>> Encode(const ProcessedImage& image, ThreadPool* pool, TensorTap* tap,
