@@ -2,10 +2,13 @@
 // quantized once per call (block formats), output rows are split over the pool in whole tiles,
 // and each thread walks its rows in tiles of R weight rows x N activation rows, in chunks of
 // activation rows small enough to stay in L2 while the weight rows stream past once per chunk.
+// Owned buffers (converted or quantized weights) of 2 MiB and more sit on transparent huge pages.
 #include "phi4mm/kernels/weight_matrix.h"
 
 #include <algorithm>
 #include <cstring>
+
+#include <sys/mman.h>
 
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/quant.h"
@@ -55,6 +58,25 @@ float DotF32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+std::shared_ptr<uint8_t[]> WeightMatrix::Allocate(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (bytes >= kHuge) {
+    const size_t len = (bytes + kHuge - 1) / kHuge * kHuge;
+    // Over-map by one huge page so the start can be aligned to 2 MiB.
+    void* base = mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base != MAP_FAILED) {
+      const uintptr_t b = reinterpret_cast<uintptr_t>(base);
+      uint8_t* aligned = reinterpret_cast<uint8_t*>((b + kHuge - 1) / kHuge * kHuge);
+#ifdef MADV_HUGEPAGE
+      madvise(aligned, len, MADV_HUGEPAGE);
+#endif
+      const size_t total = len + kHuge;
+      return std::shared_ptr<uint8_t[]>(aligned, [base, total](uint8_t*) { munmap(base, total); });
+    }
+  }
+  return std::shared_ptr<uint8_t[]>(new uint8_t[bytes == 0 ? 1 : bytes]());
+}
+
 size_t WeightMatrix::RowBytesOf(WeightFormat f, int64_t cols) {
   switch (f) {
     case WeightFormat::kF32: return static_cast<size_t>(cols) * 4;
@@ -80,9 +102,9 @@ Result<WeightMatrix> WeightMatrix::FromData(DType dtype, const void* data, int64
   }
   w.row_bytes_ = RowBytesOf(w.format_, cols);
   if (reinterpret_cast<uintptr_t>(data) % DTypeSize(dtype) != 0) {
-    w.owned_ = std::make_shared<std::vector<uint8_t>>(w.bytes());
-    std::memcpy(w.owned_->data(), data, w.bytes());
-    w.data_ = w.owned_->data();
+    w.owned_ = Allocate(w.bytes());
+    std::memcpy(w.owned_.get(), data, w.bytes());
+    w.data_ = w.owned_.get();
   } else {
     w.data_ = data;
   }
@@ -101,9 +123,9 @@ Result<WeightMatrix> WeightMatrix::FromStorage(WeightFormat format, const void* 
                            std::to_string(cols) + " needs " + std::to_string(w.bytes()) + " bytes, got " +
                            std::to_string(nbytes));
   if (reinterpret_cast<uintptr_t>(data) % alignof(uint32_t) != 0) {
-    w.owned_ = std::make_shared<std::vector<uint8_t>>(w.bytes());
-    std::memcpy(w.owned_->data(), data, w.bytes());
-    w.data_ = w.owned_->data();
+    w.owned_ = Allocate(w.bytes());
+    std::memcpy(w.owned_.get(), data, w.bytes());
+    w.data_ = w.owned_.get();
   } else {
     w.data_ = data;
   }
@@ -116,9 +138,9 @@ WeightMatrix WeightMatrix::FromF32(std::vector<float> values, int64_t rows, int6
   w.cols_ = cols;
   w.format_ = WeightFormat::kF32;
   w.row_bytes_ = RowBytesOf(w.format_, cols);
-  w.owned_ = std::make_shared<std::vector<uint8_t>>(values.size() * sizeof(float));
-  std::memcpy(w.owned_->data(), values.data(), w.owned_->size());
-  w.data_ = w.owned_->data();
+  w.owned_ = Allocate(values.size() * sizeof(float));
+  std::memcpy(w.owned_.get(), values.data(), values.size() * sizeof(float));
+  w.data_ = w.owned_.get();
   return w;
 }
 
@@ -129,9 +151,9 @@ Result<WeightMatrix> WeightMatrix::Quantize(WeightFormat target, ThreadPool* poo
   q.rows_ = rows_;
   q.cols_ = cols_;
   q.row_bytes_ = RowBytesOf(target, cols_);
-  q.owned_ = std::make_shared<std::vector<uint8_t>>(q.bytes());
-  q.data_ = q.owned_->data();
-  uint8_t* dst = q.owned_->data();
+  q.owned_ = Allocate(q.bytes());
+  q.data_ = q.owned_.get();
+  uint8_t* dst = q.owned_.get();
   auto body = [&](int64_t b, int64_t e) {
     std::vector<float> row(static_cast<size_t>(cols_));
     for (int64_t r = b; r < e; ++r) {

@@ -74,7 +74,12 @@ class WeightMatrix {
   int64_t rows_ = 0, cols_ = 0;
   size_t row_bytes_ = 0;
   const void* data_ = nullptr;
-  std::shared_ptr<std::vector<uint8_t>> owned_;
+  // Zero-initialised owned storage of `bytes`; buffers of 2 MiB and more are mapped on huge pages
+  // where the kernel allows it (decode streams every weight once per token, and 4 KiB pages stop
+  // the hardware prefetchers at every page boundary).
+  static std::shared_ptr<uint8_t[]> Allocate(size_t bytes);
+
+  std::shared_ptr<uint8_t[]> owned_;
 };
 
 // Dot product of two float vectors (8 independent accumulators; vectorises without fast-math).
