@@ -11,6 +11,7 @@ Result<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const L
   m->checkpoint_ = std::make_unique<Checkpoint>(std::move(ckpt));
   m->checkpoint_->set_conversion_log(opts.conversion_log);
   m->pool_ = std::make_unique<ThreadPool>(opts.num_threads);
+  m->quant_ = opts.quant;
   PHI4MM_ASSIGN_OR_RETURN(TokenEmbedding emb,
                           TokenEmbedding::Load(*m->checkpoint_, m->config_.text, opts.quant, m->pool_.get()));
   m->embedding_ = std::make_shared<const TokenEmbedding>(std::move(emb));
@@ -23,7 +24,7 @@ Result<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const L
 Result<const VisionModel*> Model::vision() const {
   std::lock_guard<std::mutex> lock(parts_mu_);
   if (!vision_) {
-    auto v = VisionModel::Load(*checkpoint_, config_);
+    auto v = VisionModel::Load(*checkpoint_, config_, quant_, pool_.get());
     if (!v.ok()) return v.status().WithContext("loading the vision part of '" + checkpoint_->dir() + "'");
     vision_ = std::move(v).value();
   }

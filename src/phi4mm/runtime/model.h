@@ -22,8 +22,9 @@ namespace phi4mm {
 
 struct LoadOptions {
   int num_threads = 0;  // 0 = one per core
-  // Weight format of the decoder and the embedding / lm_head (kNone: as stored). Other parts
-  // keep their stored formats for now.
+  // Weight format of the decoder and the embedding / lm_head (kNone: as stored), and of the vision
+  // encoder's layers (VisionModel::EncoderLinearFormat: Q8_0 under q8 and q4). The speech part
+  // keeps its stored formats for now.
   QuantMode quant = QuantMode::kNone;
   // Element type of the sessions' KV caches. kF16 halves their size and the bytes decode reads, but
   // moves the tiny fixture's logits by ~1.6e-3 relative (docs/benchmarks.md), past the 1e-4 parity
@@ -77,6 +78,7 @@ class Model {
   std::shared_ptr<const TokenEmbedding> embedding_;
   std::shared_ptr<const Decoder> decoder_;
   std::unique_ptr<ThreadPool> pool_;
+  QuantMode quant_ = QuantMode::kNone;
   mutable std::mutex parts_mu_;
   mutable std::shared_ptr<const VisionModel> vision_;
   mutable std::shared_ptr<const SpeechModel> speech_;
