@@ -1,9 +1,12 @@
 // KV cache element types and the attention over them: IEEE-half caches give the float32 result on
-// the half-rounded keys/values; the grouped AVX2 row kernels match the scalar ones; splitting the
-// cached length over threads matches the unsplit result; a half cache is half the size, is what
-// Model::Info reports, and keeps the tiny model's logits close; `phi4mm bench` runs on the tiny
-// fixture and prints its JSON keys (no timing is checked).
+// the half-rounded keys/values; the grouped AVX2 row kernels (float, half and 8-bit rows) match the
+// scalar ones; splitting the cached length over threads matches the unsplit result; a half cache is
+// half the size and an 8-bit one (hd + 4) / (4 hd) of it, each is what Model::Info reports, and
+// each keeps the tiny model's logits close; `phi4mm bench` runs on the tiny fixture and prints its
+// JSON keys (no timing is checked).
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -81,6 +84,20 @@ TEST(KvCacheAttention, Avx2RowKernelsMatchScalar) {
       s.accum_f32(p.data(), len, G, kf.data(), stride, len, hd, o1.data());
       a.accum_f32(p.data(), len, G, kf.data(), stride, len, hd, o2.data());
       for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o1[i], o2[i], 1e-3);
+      // 8-bit rows: int8 values `stride` bytes apart, each row's float scale at sc + t * stride.
+      std::vector<uint8_t> k8(len * stride + 4);
+      for (int64_t t = 0; t < len; ++t) {
+        for (int64_t d = 0; d < hd; ++d) k8[t * stride + d] = static_cast<uint8_t>(static_cast<int8_t>((t * 7 + d * 13) % 255 - 127));
+        const float sc = 0.01f * static_cast<float>(t % 5 + 1);
+        std::memcpy(k8.data() + t * stride + hd, &sc, 4);
+      }
+      const auto* k8v = reinterpret_cast<const int8_t*>(k8.data());
+      s.scores_q8(q.data(), G, k8v, k8.data() + hd, stride, len, hd, 0.3f, s1.data());
+      a.scores_q8(q.data(), G, k8v, k8.data() + hd, stride, len, hd, 0.3f, s2.data());
+      for (size_t i = 0; i < s1.size(); ++i) ASSERT_NEAR(s1[i], s2[i], 1e-4 * std::max(1.0f, std::fabs(s1[i])));
+      s.accum_q8(p.data(), len, G, k8v, k8.data() + hd, stride, len, hd, o1.data());
+      a.accum_q8(p.data(), len, G, k8v, k8.data() + hd, stride, len, hd, o2.data());
+      for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o1[i], o2[i], 1e-3);
       std::vector<uint16_t> h1(kf.size()), h2(kf.size());
       s.to_f16(kf.data(), static_cast<int64_t>(kf.size()), h1.data());
       a.to_f16(kf.data(), static_cast<int64_t>(kf.size()), h2.data());
@@ -88,27 +105,36 @@ TEST(KvCacheAttention, Avx2RowKernelsMatchScalar) {
     }
 }
 
-TEST(KvCacheModel, HalfCacheIsHalfTheSizeAndKeepsLogitsClose) {
-  std::vector<float> logits[2];
-  size_t bytes[2] = {};
-  for (KvDType dt : {KvDType::kF32, KvDType::kF16}) {
+TEST(KvCacheModel, HalfAnd8BitCachesAreSmallerAndKeepLogitsClose) {
+  std::vector<float> logits[3];
+  size_t bytes[3] = {};
+  int64_t hd = 0;
+  for (KvDType dt : {KvDType::kF32, KvDType::kF16, KvDType::kQ8}) {
     LoadOptions o;
     o.kv_dtype = dt;
     auto m = Model::Load(test::FixturePath("tiny/orig"), o);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     const TextConfig& t = (*m)->config().text;
     EXPECT_EQ((*m)->Info().kv_dtype, KvDTypeName(dt));
+    hd = t.head_dim;
     EXPECT_EQ((*m)->Info().kv_bytes_per_token,
-              2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim * static_cast<int64_t>(KvDTypeBytes(dt)));
+              2 * t.num_hidden_layers * t.num_key_value_heads * (dt == KvDType::kF32   ? 4 * t.head_dim
+                                                                  : dt == KvDType::kF16 ? 2 * t.head_dim
+                                                                                        : t.head_dim + 4));
     Session s(*m);
     std::vector<int32_t> ids = {100, 2000, 300, 4000, 50, 600, 7000, 80};
     ASSERT_TRUE(s.Append(ids, LoraMode::kNone).ok());
     ASSERT_TRUE(s.Append(std::vector<int32_t>{9}, LoraMode::kNone).ok());
-    logits[dt == KvDType::kF16] = s.logits();
-    bytes[dt == KvDType::kF16] = s.kv_cache_bytes();
+    logits[static_cast<int>(dt)] = s.logits();
+    bytes[static_cast<int>(dt)] = s.kv_cache_bytes();
   }
   EXPECT_EQ(bytes[1] * 2, bytes[0]);
+  EXPECT_EQ(bytes[2] * 4 * hd, bytes[0] * (hd + 4));
   EXPECT_LT(test::MaxAbsDiff(logits[0], logits[1]), 1e-2 * test::MaxAbs(logits[0]));
+  std::printf("q8 KV cache: logits max-abs-error / scale %.3g (f16: %.3g)\n",
+              test::MaxAbsDiff(logits[0], logits[2]) / test::MaxAbs(logits[0]),
+              test::MaxAbsDiff(logits[0], logits[1]) / test::MaxAbs(logits[0]));
+  EXPECT_LT(test::MaxAbsDiff(logits[0], logits[2]), 1e-1 * test::MaxAbs(logits[0]));
 }
 
 TEST(BenchCommand, RunsOnTheTinyFixtureAndPrintsJson) {

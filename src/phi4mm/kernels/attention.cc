@@ -1,12 +1,17 @@
-// Causal GQA attention driver and its scalar row kernels. Work items are (query position, kv
-// group, slice of the cached length); each item computes its scores, a local max, the exponentials,
-// their sum and the unnormalised weighted sum of V, and slices are merged with the usual
-// max-rescaling. Query positions are visited from both ends at once so that the causal triangle
-// splits evenly over the pool's contiguous chunks.
+// Causal GQA attention driver, the KV-cache row formats and the scalar kernels (the reference the
+// AVX2 ones are tested against). Two paths: flash-style tiles for prefill (work items are (block of
+// query positions, kv group); each walks the cached keys in tiles of kKeyTile rows with an online
+// softmax), and the row path for decode (work items are (query position, kv group, slice of the
+// cached length); each computes its scores, a local max, the exponentials, their sum and the
+// unnormalised weighted sum of V, and slices are merged with the usual max-rescaling). Query
+// positions (or blocks) are visited from both ends at once so that the causal triangle splits
+// evenly over the pool's contiguous chunks.
 #include "phi4mm/kernels/attention.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "phi4mm/base/half.h"
@@ -14,29 +19,78 @@
 
 namespace phi4mm {
 
-const char* KvDTypeName(KvDType d) { return d == KvDType::kF16 ? "f16" : "f32"; }
+const char* KvDTypeName(KvDType d) {
+  switch (d) {
+    case KvDType::kF16: return "f16";
+    case KvDType::kQ8: return "q8";
+    default: return "f32";
+  }
+}
 
 std::optional<KvDType> ParseKvDType(std::string_view s) {
   if (s == "f32") return KvDType::kF32;
   if (s == "f16") return KvDType::kF16;
+  if (s == "q8") return KvDType::kQ8;
   return std::nullopt;
+}
+
+size_t KvRowBytes(KvDType d, int64_t n_kv_heads, int64_t head_dim) {
+  const size_t n = static_cast<size_t>(n_kv_heads * head_dim);
+  switch (d) {
+    case KvDType::kF16: return 2 * n;
+    case KvDType::kQ8: return n + sizeof(float) * static_cast<size_t>(n_kv_heads);
+    default: return 4 * n;
+  }
+}
+
+void StoreKvRow(KvDType d, const float* x, int64_t n_kv_heads, int64_t head_dim, void* dst) {
+  const int64_t n = n_kv_heads * head_dim;
+  if (d == KvDType::kF32) {
+    std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
+  } else if (d == KvDType::kF16) {
+    F32ToF16Row(x, n, static_cast<uint16_t*>(dst));
+  } else {
+    int8_t* qv = static_cast<int8_t*>(dst);
+    uint8_t* scales = static_cast<uint8_t*>(dst) + n;
+    for (int64_t h = 0; h < n_kv_heads; ++h) {
+      const float* xh = x + h * head_dim;
+      float amax = 0.0f;
+      for (int64_t i = 0; i < head_dim; ++i) amax = std::max(amax, std::fabs(xh[i]));
+      const float s = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      for (int64_t i = 0; i < head_dim; ++i)
+        qv[h * head_dim + i] = static_cast<int8_t>(std::clamp(std::nearbyint(xh[i] * inv), -127.0f, 127.0f));
+      std::memcpy(scales + h * sizeof(float), &s, sizeof(float));
+    }
+  }
 }
 
 namespace attention_internal {
 
 namespace {
 
+float Load(const float* p, int64_t i) { return p[i]; }
+float Load(const uint16_t* p, int64_t i) { return F16ToF32(p[i]); }
+float Load(const int8_t* p, int64_t i) { return static_cast<float>(p[i]); }
+
+float RowScale(const uint8_t* sc, int64_t t, int64_t stride) {
+  float s;
+  std::memcpy(&s, sc + t * stride, sizeof(float));
+  return s;
+}
+
+// Row t's factor: 1 for float rows, its stored scale for q8.
 template <typename E>
-float Load(const E* p, int64_t i) {
-  if constexpr (sizeof(E) == 2) return F16ToF32(p[i]);
-  else return p[i];
+float Factor(const uint8_t* sc, int64_t t, int64_t stride) {
+  if constexpr (std::is_same_v<E, int8_t>) return RowScale(sc, t, stride);
+  else return 1.0f;
 }
 
 template <typename E>
-void ScoresScalar(const float* q, int G, const E* k, int64_t stride, int64_t len, int64_t hd, float scale,
-                  float* s) {
+void ScoresScalar(const float* q, int G, const E* k, const uint8_t* sc, int64_t stride, int64_t len, int64_t hd,
+                  float scale, float* s) {
   for (int64_t t = 0; t < len; ++t) {
     const E* kr = k + t * stride;
+    const float f = scale * Factor<E>(sc, t, stride);
     for (int g = 0; g < G; ++g) {
       const float* qg = q + g * hd;
       float acc[8] = {};
@@ -45,59 +99,194 @@ void ScoresScalar(const float* q, int G, const E* k, int64_t stride, int64_t len
         for (int j = 0; j < 8; ++j) acc[j] += qg[d + j] * Load(kr, d + j);
       float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
       for (; d < hd; ++d) sum += qg[d] * Load(kr, d);
-      s[g * len + t] = sum * scale;
+      s[g * len + t] = sum * f;
     }
   }
 }
 
 template <typename E>
-void AccumScalar(const float* p, int64_t ldp, int G, const E* v, int64_t stride, int64_t len, int64_t hd,
-                 float* out) {
+void AccumScalar(const float* p, int64_t ldp, int G, const E* v, const uint8_t* sc, int64_t stride, int64_t len,
+                 int64_t hd, float* out) {
   for (int64_t t = 0; t < len; ++t) {
     const E* vr = v + t * stride;
+    const float f = Factor<E>(sc, t, stride);
     for (int g = 0; g < G; ++g) {
-      const float w = p[g * ldp + t];
+      const float w = p[g * ldp + t] * f;
       float* o = out + g * hd;
       for (int64_t d = 0; d < hd; ++d) o[d] += w * Load(vr, d);
     }
   }
 }
 
+void ScoresF32(const float* q, int G, const float* k, int64_t stride, int64_t len, int64_t hd, float scale, float* s) {
+  ScoresScalar(q, G, k, nullptr, stride, len, hd, scale, s);
+}
+void ScoresF16(const float* q, int G, const uint16_t* k, int64_t stride, int64_t len, int64_t hd, float scale,
+               float* s) {
+  ScoresScalar(q, G, k, nullptr, stride, len, hd, scale, s);
+}
+void AccumF32(const float* p, int64_t ldp, int G, const float* v, int64_t stride, int64_t len, int64_t hd, float* out) {
+  AccumScalar(p, ldp, G, v, nullptr, stride, len, hd, out);
+}
+void AccumF16(const float* p, int64_t ldp, int G, const uint16_t* v, int64_t stride, int64_t len, int64_t hd,
+              float* out) {
+  AccumScalar(p, ldp, G, v, nullptr, stride, len, hd, out);
+}
+
 void ToF16Scalar(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = F32ToF16(x[i]);
 }
 
-}  // namespace
-
-const RowKernels& ScalarRowKernels() {
-  static const RowKernels k{ScoresScalar<float>, ScoresScalar<uint16_t>, AccumScalar<float>, AccumScalar<uint16_t>,
-                            ToF16Scalar};
-  return k;
+template <typename E>
+void WidenScalar(const E* k, const uint8_t* sc, int64_t stride, int64_t n, int64_t hd, int64_t hdp, float* dst) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float f = Factor<E>(sc, t, stride);
+    for (int64_t d = 0; d < hd; ++d) dst[t * hdp + d] = Load(k + t * stride, d) * f;
+    for (int64_t d = hd; d < hdp; ++d) dst[t * hdp + d] = 0.0f;
+  }
+}
+void WidenF32(const float* k, int64_t stride, int64_t n, int64_t hd, int64_t hdp, float* dst) {
+  WidenScalar(k, nullptr, stride, n, hd, hdp, dst);
+}
+void WidenF16(const uint16_t* k, int64_t stride, int64_t n, int64_t hd, int64_t hdp, float* dst) {
+  WidenScalar(k, nullptr, stride, n, hd, hdp, dst);
 }
 
-const RowKernels& ActiveRowKernels() {
-  static const RowKernels* const active = [] {
-    const CpuFeatures& f = GetCpuFeatures();
-    return f.avx2 && f.fma && f.f16c ? &Avx2RowKernels() : &ScalarRowKernels();
-  }();
-  return *active;
+void TileQkScalar(const float* q, int64_t rows, const float* k, int64_t n, int64_t hdp, float* s, int64_t lds) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < n; ++t) {
+      float acc = 0.0f;
+      for (int64_t d = 0; d < hdp; ++d) acc += q[r * hdp + d] * k[t * hdp + d];
+      s[r * lds + t] = acc;
+    }
 }
 
-}  // namespace attention_internal
+void TileSoftmaxScalar(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* o, int64_t hdp) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* sr = s + r * lds;
+    float mx = m[r];
+    for (int64_t t = 0; t < n; ++t) mx = std::max(mx, sr[t]);
+    if (mx == -INFINITY) {
+      std::fill(sr, sr + n, 0.0f);
+      continue;
+    }
+    const float alpha = std::exp(m[r] - mx);
+    float sum = 0.0f;
+    for (int64_t t = 0; t < n; ++t) sum += (sr[t] = std::exp(sr[t] - mx));
+    m[r] = mx;
+    l[r] = l[r] * alpha + sum;
+    if (alpha != 1.0f)
+      for (int64_t d = 0; d < hdp; ++d) o[r * hdp + d] *= alpha;
+  }
+}
 
-void F32ToF16Row(const float* x, int64_t n, uint16_t* out) { attention_internal::ActiveRowKernels().to_f16(x, n, out); }
+void TilePvScalar(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t n, int64_t hdp, float* o) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < n; ++t) {
+      const float w = p[r * ldp + t];
+      for (int64_t d = 0; d < hdp; ++d) o[r * hdp + d] += w * v[t * hdp + d];
+    }
+}
 
-namespace {
-
-// Query position visited k-th: 0, S-1, 1, S-2, ... (balances the causal triangle).
+// Query position (or block) visited k-th of S: 0, S-1, 1, S-2, ... (balances the causal triangle).
 int64_t ZigZag(int64_t k, int64_t S) { return (k & 1) ? S - 1 - k / 2 : k / 2; }
 
-template <typename E>
-void Run(const float* q, const E* k, const E* v, int64_t past, int64_t S, const AttentionShape& sh, float* out,
-         ThreadPool* pool) {
-  const attention_internal::RowKernels& rk = attention_internal::ActiveRowKernels();
+// Where head g's part of cached position t lies, and the kernels for the cache's element type.
+struct Source {
+  const RowKernels& rk;
+  const uint8_t* base;
+  KvDType dtype;
+  int64_t nkv, hd, rb;
+
+  const void* at(int64_t t, int64_t g) const {
+    return base + t * rb + g * hd * static_cast<int64_t>(dtype == KvDType::kF32 ? 4 : dtype == KvDType::kF16 ? 2 : 1);
+  }
+  const uint8_t* scale(int64_t t, int64_t g) const { return base + t * rb + nkv * hd + g * 4; }
+  // Row stride in elements of the cache's type.
+  int64_t stride() const { return dtype == KvDType::kF32 ? rb / 4 : dtype == KvDType::kF16 ? rb / 2 : rb; }
+
+  void Scores(const float* q, int G, int64_t t0, int64_t g, int64_t n, float scale, float* s) const {
+    if (dtype == KvDType::kF32)
+      rk.scores_f32(q, G, static_cast<const float*>(at(t0, g)), stride(), n, hd, scale, s);
+    else if (dtype == KvDType::kF16)
+      rk.scores_f16(q, G, static_cast<const uint16_t*>(at(t0, g)), stride(), n, hd, scale, s);
+    else
+      rk.scores_q8(q, G, static_cast<const int8_t*>(at(t0, g)), scale_ptr(t0, g), stride(), n, hd, scale, s);
+  }
+  void Accum(const float* p, int64_t ldp, int G, int64_t t0, int64_t g, int64_t n, float* o) const {
+    if (dtype == KvDType::kF32)
+      rk.accum_f32(p, ldp, G, static_cast<const float*>(at(t0, g)), stride(), n, hd, o);
+    else if (dtype == KvDType::kF16)
+      rk.accum_f16(p, ldp, G, static_cast<const uint16_t*>(at(t0, g)), stride(), n, hd, o);
+    else
+      rk.accum_q8(p, ldp, G, static_cast<const int8_t*>(at(t0, g)), scale_ptr(t0, g), stride(), n, hd, o);
+  }
+  void Widen(int64_t t0, int64_t g, int64_t n, int64_t hdp, float* dst) const {
+    if (dtype == KvDType::kF32)
+      rk.widen_f32(static_cast<const float*>(at(t0, g)), stride(), n, hd, hdp, dst);
+    else if (dtype == KvDType::kF16)
+      rk.widen_f16(static_cast<const uint16_t*>(at(t0, g)), stride(), n, hd, hdp, dst);
+    else
+      rk.widen_q8(static_cast<const int8_t*>(at(t0, g)), scale_ptr(t0, g), stride(), n, hd, hdp, dst);
+  }
+  const uint8_t* scale_ptr(int64_t t, int64_t g) const { return scale(t, g); }
+};
+
+constexpr int64_t kFlashRows = 48;  // query rows (positions x heads of a group) per flash block
+constexpr int64_t kKeyTile = 64;    // cached rows per flash tile
+
+void RunFlash(const Source& K, const Source& V, const float* q, int64_t past, int64_t S, const AttentionShape& sh,
+              float* out, ThreadPool* pool) {
+  const RowKernels& rk = K.rk;
+  const int64_t G = sh.n_heads / sh.n_kv_heads, hd = sh.head_dim, nkv = sh.n_kv_heads, nh = sh.n_heads;
+  const int64_t hdp = (hd + 7) / 8 * 8;
+  const int64_t bq = std::max<int64_t>(1, kFlashRows / G);
+  const int64_t nqb = (S + bq - 1) / bq;
+  const int64_t max_rows = (bq * G + 3) / 4 * 4;
+  auto body = [&](int64_t b, int64_t e) {
+    std::vector<float> qp(max_rows * hdp), kt(kKeyTile * hdp), vt(kKeyTile * hdp), sc(max_rows * kKeyTile),
+        m(max_rows), l(max_rows), o(max_rows * hdp);
+    for (int64_t idx = b; idx < e; ++idx) {
+      const int64_t qb = ZigZag(idx / nkv, nqb), grp = idx % nkv;
+      const int64_t s0 = qb * bq, s1 = std::min(S, s0 + bq), nr = (s1 - s0) * G, rows = (nr + 3) / 4 * 4;
+      std::fill(qp.begin(), qp.begin() + rows * hdp, 0.0f);
+      for (int64_t r = 0; r < nr; ++r) {
+        const float* src = q + ((s0 + r / G) * nh + grp * G + r % G) * hd;
+        for (int64_t d = 0; d < hd; ++d) qp[r * hdp + d] = src[d] * sh.scale;
+      }
+      std::fill(m.begin(), m.begin() + rows, -INFINITY);
+      std::fill(l.begin(), l.begin() + rows, 0.0f);
+      std::fill(o.begin(), o.begin() + rows * hdp, 0.0f);
+      const int64_t kend = past + s1;
+      for (int64_t t0 = 0; t0 < kend; t0 += kKeyTile) {
+        const int64_t n = std::min(kKeyTile, kend - t0);
+        K.Widen(t0, grp, n, hdp, kt.data());
+        rk.tile_qk(qp.data(), rows, kt.data(), n, hdp, sc.data(), kKeyTile);
+        // Mask keys past each row's position on the diagonal tiles; padding rows see every key.
+        if (t0 + n - 1 > past + s0)
+          for (int64_t r = 0; r < nr; ++r)
+            for (int64_t t = std::max<int64_t>(0, past + s0 + r / G + 1 - t0); t < n; ++t)
+              sc[r * kKeyTile + t] = -INFINITY;
+        rk.tile_softmax(sc.data(), kKeyTile, rows, n, m.data(), l.data(), o.data(), hdp);
+        V.Widen(t0, grp, n, hdp, vt.data());
+        rk.tile_pv(sc.data(), kKeyTile, rows, vt.data(), n, hdp, o.data());
+      }
+      for (int64_t r = 0; r < nr; ++r) {
+        float* dst = out + ((s0 + r / G) * nh + grp * G + r % G) * hd;
+        const float inv = 1.0f / l[r];
+        for (int64_t d = 0; d < hd; ++d) dst[d] = o[r * hdp + d] * inv;
+      }
+    }
+  };
+  const int64_t items = nqb * nkv;
+  if (pool) pool->ParallelFor(items, body, 1);
+  else body(0, items);
+}
+
+void RunRows(const Source& K, const Source& V, const float* q, int64_t past, int64_t S, const AttentionShape& sh,
+             float* out, ThreadPool* pool) {
   const int G = static_cast<int>(sh.n_heads / sh.n_kv_heads);
-  const int64_t hd = sh.head_dim, nkv = sh.n_kv_heads, stride = nkv * hd;
+  const int64_t hd = sh.head_dim, nkv = sh.n_kv_heads;
   const int threads = pool ? pool->num_threads() : 1;
   // Split the cached length when there are too few (position, group) items for the threads.
   constexpr int64_t kMinSlice = 128;
@@ -126,10 +315,7 @@ void Run(const float* q, const E* k, const E* v, int64_t past, int64_t S, const 
       std::fill(o, o + G * hd, 0.0f);
       if (n <= 0) continue;
       scores.resize(static_cast<size_t>(G * n));
-      if constexpr (sizeof(E) == 2)
-        rk.scores_f16(qg, G, k + t0 * stride + g * hd, stride, n, hd, sh.scale, scores.data());
-      else
-        rk.scores_f32(qg, G, k + t0 * stride + g * hd, stride, n, hd, sh.scale, scores.data());
+      K.Scores(qg, G, t0, g, n, sh.scale, scores.data());
       for (int h = 0; h < G; ++h) {
         float* sc = scores.data() + h * n;
         float mx = -INFINITY;
@@ -139,10 +325,7 @@ void Run(const float* q, const E* k, const E* v, int64_t past, int64_t S, const 
         m[h] = mx;
         l[h] = static_cast<float>(sum);
       }
-      if constexpr (sizeof(E) == 2)
-        rk.accum_f16(scores.data(), n, G, v + t0 * stride + g * hd, stride, n, hd, o);
-      else
-        rk.accum_f32(scores.data(), n, G, v + t0 * stride + g * hd, stride, n, hd, o);
+      V.Accum(scores.data(), n, G, t0, g, n, o);
       if (nsplit > 1) {
         std::copy(m.begin(), m.end(), part_m.data() + idx * G);
         std::copy(l.begin(), l.end(), part_l.data() + idx * G);
@@ -181,12 +364,51 @@ void Run(const float* q, const E* k, const E* v, int64_t past, int64_t S, const 
 
 }  // namespace
 
+const RowKernels& ScalarRowKernels() {
+  static const RowKernels k{ScoresF32,
+                            ScoresF16,
+                            ScoresScalar<int8_t>,
+                            AccumF32,
+                            AccumF16,
+                            AccumScalar<int8_t>,
+                            ToF16Scalar,
+                            WidenF32,
+                            WidenF16,
+                            WidenScalar<int8_t>,
+                            TileQkScalar,
+                            TileSoftmaxScalar,
+                            TilePvScalar};
+  return k;
+}
+
+const RowKernels& ActiveRowKernels() {
+  static const RowKernels* const active = [] {
+    const CpuFeatures& f = GetCpuFeatures();
+    return f.avx2 && f.fma && f.f16c ? &Avx2RowKernels() : &ScalarRowKernels();
+  }();
+  return *active;
+}
+
+void CausalAttentionWith(const RowKernels& rk, Path path, const float* q, const KvView& kv, int64_t past, int64_t S,
+                         const AttentionShape& sh, float* out, ThreadPool* pool) {
+  const int64_t rb = static_cast<int64_t>(KvRowBytes(kv.dtype, sh.n_kv_heads, sh.head_dim));
+  const Source K{rk, static_cast<const uint8_t*>(kv.k), kv.dtype, sh.n_kv_heads, sh.head_dim, rb};
+  const Source V{rk, static_cast<const uint8_t*>(kv.v), kv.dtype, sh.n_kv_heads, sh.head_dim, rb};
+  const int64_t G = sh.n_heads / sh.n_kv_heads;
+  // Few query rows (decode): the row path, which can split the cached length over threads.
+  if (path == Path::kAuto) path = S * G >= 8 ? Path::kFlash : Path::kRows;
+  if (path == Path::kFlash) RunFlash(K, V, q, past, S, sh, out, pool);
+  else RunRows(K, V, q, past, S, sh, out, pool);
+}
+
+}  // namespace attention_internal
+
+void F32ToF16Row(const float* x, int64_t n, uint16_t* out) { attention_internal::ActiveRowKernels().to_f16(x, n, out); }
+
 void CausalAttention(const float* q, const KvView& kv, int64_t past, int64_t S, const AttentionShape& sh,
                      float* out, ThreadPool* pool) {
-  if (kv.dtype == KvDType::kF16)
-    Run(q, static_cast<const uint16_t*>(kv.k), static_cast<const uint16_t*>(kv.v), past, S, sh, out, pool);
-  else
-    Run(q, static_cast<const float*>(kv.k), static_cast<const float*>(kv.v), past, S, sh, out, pool);
+  attention_internal::CausalAttentionWith(attention_internal::ActiveRowKernels(), attention_internal::Path::kAuto, q,
+                                          kv, past, S, sh, out, pool);
 }
 
 void CausalAttention(const float* q, const float* k, const float* v, int64_t past, int64_t S,

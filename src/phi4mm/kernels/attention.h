@@ -1,8 +1,12 @@
-// Causal grouped-query attention over a key/value cache stored as float32 or IEEE half. The query
-// heads that share a key/value head are computed together, so every cached K and V row is read
-// once per group; half rows are widened on the fly (F16C when the CPU has it). When there are
-// fewer (position, group) items than threads have work for — decode — the cached length is split
-// over threads and the partial softmax sums are merged exactly.
+// Causal grouped-query attention over a key/value cache stored as float32, IEEE half or 8-bit
+// (int8 per head row with a float scale). The query heads that share a key/value head are
+// computed together, so every cached K and V row is read once per group. Prefill is flash-style:
+// a block of query positions (times the G heads of a group) meets the cached keys one tile at a
+// time — the tile is widened to float32 once and shared by all those query rows — with an online
+// softmax (running max and sum) and causal masking on the diagonal tiles. Decode (few query rows)
+// walks the cached rows directly, widening them as they are loaded, and when there are fewer
+// (position, group) items than threads the cached length is split over threads and the partial
+// softmax sums are merged exactly.
 #pragma once
 
 #include <cstddef>
@@ -14,12 +18,17 @@
 
 namespace phi4mm {
 
-// Element type of a KV cache.
-enum class KvDType { kF32, kF16 };
+// Element type of a KV cache. kQ8: each head's row of head_dim values is stored as int8 round(x /
+// s) with s = max|x| / 127, and the n_kv_heads float scales follow the int8 values of the position.
+enum class KvDType { kF32, kF16, kQ8 };
 const char* KvDTypeName(KvDType d);
-// Accepts "f32" and "f16".
+// Accepts "f32", "f16" and "q8".
 std::optional<KvDType> ParseKvDType(std::string_view s);
-inline size_t KvDTypeBytes(KvDType d) { return d == KvDType::kF16 ? 2 : 4; }
+// Bytes one position's K (or V) row takes: n_kv_heads * head_dim elements (plus the kQ8 scales).
+size_t KvRowBytes(KvDType d, int64_t n_kv_heads, int64_t head_dim);
+// Writes one position's row x[n_kv_heads * head_dim] to `dst` (KvRowBytes bytes) in format `d`
+// (half: round to nearest even; q8: as above, round to nearest).
+void StoreKvRow(KvDType d, const float* x, int64_t n_kv_heads, int64_t head_dim, void* dst);
 
 struct AttentionShape {
   int64_t n_heads = 0;     // query heads
@@ -28,7 +37,7 @@ struct AttentionShape {
   float scale = 1.0f;      // multiplies q·k
 };
 
-// Cached keys and values, rows [positions, n_kv_heads, head_dim] of `dtype` elements.
+// Cached keys and values: position t's row starts at byte t * KvRowBytes(dtype, ...) of k / v.
 struct KvView {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -36,7 +45,7 @@ struct KvView {
 };
 
 // q: [S, n_heads, head_dim] for query positions past..past+S-1.
-// kv: cache rows [past+S, n_kv_heads, head_dim] (row t = position t).
+// kv: cache rows for positions 0..past+S-1.
 // out: [S, n_heads, head_dim]. Query s attends to positions 0..past+s.
 void CausalAttention(const float* q, const KvView& kv, int64_t past, int64_t S, const AttentionShape& shape,
                      float* out, ThreadPool* pool);
@@ -49,20 +58,37 @@ void F32ToF16Row(const float* x, int64_t n, uint16_t* out);
 
 namespace attention_internal {
 
-// Row kernels behind CausalAttention, one table per instruction set. For G query heads of one
-// group (q: G rows of hd floats) and `len` cached rows `stride` elements apart:
-//   scores: s[g * len + t] = scale * dot(q_g, k_t)
-//   accum:  out[g * hd + d] += sum_t p[g * ldp + t] * v_t[d]
+// Kernels behind CausalAttention, one table per instruction set. Cached rows are `stride`
+// elements apart (for q8, bytes; its row scales are read from `sc` + t * stride).
 struct RowKernels {
+  // Decode, for G query heads of one group (q: G rows of hd floats) and `len` cached rows:
+  //   scores: s[g * len + t] = scale * dot(q_g, k_t)
+  //   accum:  out[g * hd + d] += sum_t p[g * ldp + t] * v_t[d]
   void (*scores_f32)(const float* q, int G, const float* k, int64_t stride, int64_t len, int64_t hd, float scale,
                      float* s);
   void (*scores_f16)(const float* q, int G, const uint16_t* k, int64_t stride, int64_t len, int64_t hd,
                      float scale, float* s);
+  void (*scores_q8)(const float* q, int G, const int8_t* k, const uint8_t* sc, int64_t stride, int64_t len,
+                    int64_t hd, float scale, float* s);
   void (*accum_f32)(const float* p, int64_t ldp, int G, const float* v, int64_t stride, int64_t len, int64_t hd,
                     float* out);
   void (*accum_f16)(const float* p, int64_t ldp, int G, const uint16_t* v, int64_t stride, int64_t len,
                     int64_t hd, float* out);
+  void (*accum_q8)(const float* p, int64_t ldp, int G, const int8_t* v, const uint8_t* sc, int64_t stride,
+                   int64_t len, int64_t hd, float* out);
   void (*to_f16)(const float* x, int64_t n, uint16_t* out);
+  // Flash tiles. widen: dst[t * hdp + d] = row t's value d as float (0 for hd <= d < hdp).
+  void (*widen_f32)(const float* k, int64_t stride, int64_t n, int64_t hd, int64_t hdp, float* dst);
+  void (*widen_f16)(const uint16_t* k, int64_t stride, int64_t n, int64_t hd, int64_t hdp, float* dst);
+  void (*widen_q8)(const int8_t* k, const uint8_t* sc, int64_t stride, int64_t n, int64_t hd, int64_t hdp,
+                   float* dst);
+  // s[r * lds + t] = dot(q_r, k_t) over hdp (a multiple of 8), r < rows (a multiple of 4), t < n.
+  void (*tile_qk)(const float* q, int64_t rows, const float* k, int64_t n, int64_t hdp, float* s, int64_t lds);
+  // Online softmax over s[r][0..n) for r < rows: new max m[r], p = exp(s - m) in place, l[r] = l[r] *
+  // alpha + sum p, o[r][0..hdp) *= alpha with alpha = exp(old m - new m). -inf scores give p = 0.
+  void (*tile_softmax)(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* o, int64_t hdp);
+  // o[r * hdp + d] += sum_{t < n} p[r * ldp + t] * v[t * hdp + d], r < rows (a multiple of 4).
+  void (*tile_pv)(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t n, int64_t hdp, float* o);
 };
 
 const RowKernels& ScalarRowKernels();
@@ -70,6 +96,11 @@ const RowKernels& ScalarRowKernels();
 const RowKernels& Avx2RowKernels();
 // The table for this CPU.
 const RowKernels& ActiveRowKernels();
+
+enum class Path { kAuto, kRows, kFlash };
+// CausalAttention with a given table and path (tests compare them).
+void CausalAttentionWith(const RowKernels& rk, Path path, const float* q, const KvView& kv, int64_t past, int64_t S,
+                         const AttentionShape& shape, float* out, ThreadPool* pool);
 
 }  // namespace attention_internal
 

@@ -1,11 +1,18 @@
-// AVX2 + FMA + F16C row kernels for CausalAttention (compiled with -mavx2 -mfma -mf16c; reached only
-// through ActiveRowKernels when the CPU has them). Scores take two cached rows at a time against up
-// to four query heads (eight independent accumulators); the weighted sum walks the cached rows in
-// blocks that stay in L1 and keeps 16 output columns of up to four heads in registers. Half rows
-// are widened with vcvtph2ps as they are loaded.
+// AVX2 + FMA + F16C kernels for CausalAttention (compiled with -mavx2 -mfma -mf16c; reached only
+// through ActiveRowKernels when the CPU has them). Decode: scores take two cached rows at a time
+// against up to four query heads (eight independent accumulators); the weighted sum walks the
+// cached rows in blocks that stay in L1 and keeps 16 output columns of up to four heads in
+// registers; half rows are widened with vcvtph2ps and int8 rows with vpmovsxbd + vcvtdq2ps as they
+// are loaded, the q8 row scale folded into the score or the weight. Flash tiles: the key/value tile
+// is widened to float32 once; Q·Kᵀ runs 4 query rows x 3 keys (12 accumulators, reduced with
+// horizontal adds), the softmax uses a vectorised exp (Cody-Waite range reduction and a degree-5
+// polynomial, ~1 ulp), and P·V keeps 4 rows x 16 output columns in registers over the tile (4 x 24 spills).
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/attention.h"
@@ -25,13 +32,29 @@ inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 Load8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+inline __m256 Load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
 inline float Load1(const float* p) { return *p; }
 inline float Load1(const uint16_t* p) { return _cvtsh_ss(*p); }
+inline float Load1(const int8_t* p) { return static_cast<float>(*p); }
+
+// Row t's factor: 1 for float rows, its stored scale for q8 (scales are `stride` bytes apart).
+template <typename E>
+inline float Factor(const uint8_t* sc, int64_t t, int64_t stride) {
+  if constexpr (std::is_same_v<E, int8_t>) {
+    float s;
+    std::memcpy(&s, sc + t * stride, sizeof(float));
+    return s;
+  } else {
+    return 1.0f;
+  }
+}
 
 // G query heads (G <= 4) against rows t and t+1 (R = 1 or 2).
 template <int G, int R, typename E>
-void ScoresTile(const float* q, const E* k, int64_t stride, int64_t hd, float scale, float* s, int64_t len,
-                int64_t t) {
+void ScoresTile(const float* q, const E* k, const uint8_t* sc, int64_t stride, int64_t hd, float scale, float* s,
+                int64_t len, int64_t t) {
   __m256 acc[R][G];
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < G; ++g) acc[r][g] = _mm256_setzero_ps();
@@ -44,39 +67,43 @@ void ScoresTile(const float* q, const E* k, int64_t stride, int64_t hd, float sc
       for (int r = 0; r < R; ++r) acc[r][g] = _mm256_fmadd_ps(qv, kv[r], acc[r][g]);
     }
   }
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
+    const float f = scale * Factor<E>(sc, t + r, stride);
     for (int g = 0; g < G; ++g) {
       float sum = HSum(acc[r][g]);
       for (int64_t e = d; e < hd; ++e) sum += q[g * hd + e] * Load1(k + (t + r) * stride + e);
-      s[g * len + t + r] = sum * scale;
-    }
-}
-
-template <int G, typename E>
-void ScoresG(const float* q, const E* k, int64_t stride, int64_t len, int64_t hd, float scale, float* s) {
-  int64_t t = 0;
-  for (; t + 2 <= len; t += 2) ScoresTile<G, 2>(q, k, stride, hd, scale, s, len, t);
-  if (t < len) ScoresTile<G, 1>(q, k, stride, hd, scale, s, len, t);
-}
-
-template <typename E>
-void Scores(const float* q, int G, const E* k, int64_t stride, int64_t len, int64_t hd, float scale, float* s) {
-  for (int g0 = 0; g0 < G; g0 += 4) {
-    const float* qg = q + g0 * hd;
-    float* sg = s + g0 * len;
-    switch (std::min(4, G - g0)) {
-      case 1: ScoresG<1>(qg, k, stride, len, hd, scale, sg); break;
-      case 2: ScoresG<2>(qg, k, stride, len, hd, scale, sg); break;
-      case 3: ScoresG<3>(qg, k, stride, len, hd, scale, sg); break;
-      default: ScoresG<4>(qg, k, stride, len, hd, scale, sg); break;
+      s[g * len + t + r] = sum * f;
     }
   }
 }
 
-// out[g][d0..d0+16) += sum_t p[g][t] * v_t[d0..d0+16) for t in [t0, t1).
 template <int G, typename E>
-void AccumCols16(const float* p, int64_t ldp, const E* v, int64_t stride, int64_t t0, int64_t t1, int64_t hd,
-                 int64_t d0, float* out) {
+void ScoresG(const float* q, const E* k, const uint8_t* sc, int64_t stride, int64_t len, int64_t hd, float scale,
+             float* s) {
+  int64_t t = 0;
+  for (; t + 2 <= len; t += 2) ScoresTile<G, 2>(q, k, sc, stride, hd, scale, s, len, t);
+  if (t < len) ScoresTile<G, 1>(q, k, sc, stride, hd, scale, s, len, t);
+}
+
+template <typename E>
+void Scores(const float* q, int G, const E* k, const uint8_t* sc, int64_t stride, int64_t len, int64_t hd,
+            float scale, float* s) {
+  for (int g0 = 0; g0 < G; g0 += 4) {
+    const float* qg = q + g0 * hd;
+    float* sg = s + g0 * len;
+    switch (std::min(4, G - g0)) {
+      case 1: ScoresG<1>(qg, k, sc, stride, len, hd, scale, sg); break;
+      case 2: ScoresG<2>(qg, k, sc, stride, len, hd, scale, sg); break;
+      case 3: ScoresG<3>(qg, k, sc, stride, len, hd, scale, sg); break;
+      default: ScoresG<4>(qg, k, sc, stride, len, hd, scale, sg); break;
+    }
+  }
+}
+
+// out[g][d0..d0+16) += sum_t p[g][t] * f_t * v_t[d0..d0+16) for t in [t0, t1).
+template <int G, typename E>
+void AccumCols16(const float* p, int64_t ldp, const E* v, const uint8_t* sc, int64_t stride, int64_t t0, int64_t t1,
+                 int64_t hd, int64_t d0, float* out) {
   __m256 acc[G][2];
   for (int g = 0; g < G; ++g) {
     acc[g][0] = _mm256_loadu_ps(out + g * hd + d0);
@@ -84,8 +111,9 @@ void AccumCols16(const float* p, int64_t ldp, const E* v, int64_t stride, int64_
   }
   for (int64_t t = t0; t < t1; ++t) {
     const __m256 v0 = Load8(v + t * stride + d0), v1 = Load8(v + t * stride + d0 + 8);
+    const float f = Factor<E>(sc, t, stride);
     for (int g = 0; g < G; ++g) {
-      const __m256 w = _mm256_broadcast_ss(p + g * ldp + t);
+      const __m256 w = _mm256_set1_ps(p[g * ldp + t] * f);
       acc[g][0] = _mm256_fmadd_ps(w, v0, acc[g][0]);
       acc[g][1] = _mm256_fmadd_ps(w, v1, acc[g][1]);
     }
@@ -97,32 +125,49 @@ void AccumCols16(const float* p, int64_t ldp, const E* v, int64_t stride, int64_
 }
 
 template <int G, typename E>
-void AccumG(const float* p, int64_t ldp, const E* v, int64_t stride, int64_t len, int64_t hd, float* out) {
+void AccumG(const float* p, int64_t ldp, const E* v, const uint8_t* sc, int64_t stride, int64_t len, int64_t hd,
+            float* out) {
   constexpr int64_t kBlock = 64;  // cached rows per pass over the output columns
   for (int64_t t0 = 0; t0 < len; t0 += kBlock) {
     const int64_t t1 = std::min(len, t0 + kBlock);
     int64_t d = 0;
-    for (; d + 16 <= hd; d += 16) AccumCols16<G>(p, ldp, v, stride, t0, t1, hd, d, out);
+    for (; d + 16 <= hd; d += 16) AccumCols16<G>(p, ldp, v, sc, stride, t0, t1, hd, d, out);
     for (; d < hd; ++d)
       for (int64_t t = t0; t < t1; ++t) {
-        const float x = Load1(v + t * stride + d);
+        const float x = Load1(v + t * stride + d) * Factor<E>(sc, t, stride);
         for (int g = 0; g < G; ++g) out[g * hd + d] += p[g * ldp + t] * x;
       }
   }
 }
 
 template <typename E>
-void Accum(const float* p, int64_t ldp, int G, const E* v, int64_t stride, int64_t len, int64_t hd, float* out) {
+void Accum(const float* p, int64_t ldp, int G, const E* v, const uint8_t* sc, int64_t stride, int64_t len,
+           int64_t hd, float* out) {
   for (int g0 = 0; g0 < G; g0 += 4) {
     const float* pg = p + g0 * ldp;
     float* og = out + g0 * hd;
     switch (std::min(4, G - g0)) {
-      case 1: AccumG<1>(pg, ldp, v, stride, len, hd, og); break;
-      case 2: AccumG<2>(pg, ldp, v, stride, len, hd, og); break;
-      case 3: AccumG<3>(pg, ldp, v, stride, len, hd, og); break;
-      default: AccumG<4>(pg, ldp, v, stride, len, hd, og); break;
+      case 1: AccumG<1>(pg, ldp, v, sc, stride, len, hd, og); break;
+      case 2: AccumG<2>(pg, ldp, v, sc, stride, len, hd, og); break;
+      case 3: AccumG<3>(pg, ldp, v, sc, stride, len, hd, og); break;
+      default: AccumG<4>(pg, ldp, v, sc, stride, len, hd, og); break;
     }
   }
+}
+
+void ScoresF32(const float* q, int G, const float* k, int64_t stride, int64_t len, int64_t hd, float scale, float* s) {
+  Scores(q, G, k, nullptr, stride, len, hd, scale, s);
+}
+void ScoresF16(const float* q, int G, const uint16_t* k, int64_t stride, int64_t len, int64_t hd, float scale,
+               float* s) {
+  Scores(q, G, k, nullptr, stride, len, hd, scale, s);
+}
+void AccumF32(const float* p, int64_t ldp, int G, const float* v, int64_t stride, int64_t len, int64_t hd, float* out) {
+  Accum(p, ldp, G, v, nullptr, stride, len, hd, out);
+}
+void AccumF16(const float* p, int64_t ldp, int G, const uint16_t* v, int64_t stride, int64_t len, int64_t hd,
+              float* out) {
+  Accum(p, ldp, G, v, nullptr, stride, len, hd, out);
 }
 
 void ToF16(const float* x, int64_t n, uint16_t* out) {
@@ -133,10 +178,151 @@ void ToF16(const float* x, int64_t n, uint16_t* out) {
   for (; i < n; ++i) out[i] = F32ToF16(x[i]);
 }
 
+template <typename E>
+void Widen(const E* k, const uint8_t* sc, int64_t stride, int64_t n, int64_t hd, int64_t hdp, float* dst) {
+  for (int64_t t = 0; t < n; ++t) {
+    const E* src = k + t * stride;
+    float* o = dst + t * hdp;
+    const float f = Factor<E>(sc, t, stride);
+    const __m256 fv = _mm256_set1_ps(f);
+    int64_t d = 0;
+    for (; d + 8 <= hd; d += 8) {
+      if constexpr (std::is_same_v<E, int8_t>) _mm256_storeu_ps(o + d, _mm256_mul_ps(Load8(src + d), fv));
+      else _mm256_storeu_ps(o + d, Load8(src + d));
+    }
+    for (; d < hd; ++d) o[d] = Load1(src + d) * f;
+    for (; d < hdp; ++d) o[d] = 0.0f;
+  }
+}
+void WidenF32(const float* k, int64_t stride, int64_t n, int64_t hd, int64_t hdp, float* dst) {
+  Widen(k, nullptr, stride, n, hd, hdp, dst);
+}
+void WidenF16(const uint16_t* k, int64_t stride, int64_t n, int64_t hd, int64_t hdp, float* dst) {
+  Widen(k, nullptr, stride, n, hd, hdp, dst);
+}
+
+// The four sums of a0..a3 (lane i = sum of ai's eight lanes).
+inline __m128 HSum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 x = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+}
+
+// Rows r0..r0+4 against keys t..t+K (K = 1..3).
+template <int K>
+void QkMicro(const float* q, const float* k, int64_t hdp, float* s, int64_t lds, int64_t t) {
+  __m256 acc[4][K];
+  for (int r = 0; r < 4; ++r)
+    for (int j = 0; j < K; ++j) acc[r][j] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < hdp; d += 8) {
+    __m256 kv[K];
+    for (int j = 0; j < K; ++j) kv[j] = _mm256_loadu_ps(k + (t + j) * hdp + d);
+    for (int r = 0; r < 4; ++r) {
+      const __m256 qv = _mm256_loadu_ps(q + r * hdp + d);
+      for (int j = 0; j < K; ++j) acc[r][j] = _mm256_fmadd_ps(qv, kv[j], acc[r][j]);
+    }
+  }
+  for (int j = 0; j < K; ++j) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, HSum4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
+    for (int r = 0; r < 4; ++r) s[r * lds + t + j] = sums[r];
+  }
+}
+
+void TileQk(const float* q, int64_t rows, const float* k, int64_t n, int64_t hdp, float* s, int64_t lds) {
+  for (int64_t r = 0; r < rows; r += 4) {
+    const float* qr = q + r * hdp;
+    float* sr = s + r * lds;
+    int64_t t = 0;
+    for (; t + 3 <= n; t += 3) QkMicro<3>(qr, k, hdp, sr, lds, t);
+    if (n - t == 2) QkMicro<2>(qr, k, hdp, sr, lds, t);
+    else if (n - t == 1) QkMicro<1>(qr, k, hdp, sr, lds, t);
+  }
+}
+
+// exp(x) for x <= 0 (the softmax's arguments); below -87 (including -inf) it returns 0.
+inline __m256 ExpNonPositive(__m256 x) {
+  const __m256 zero_mask = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), zero_mask);
+}
+
+void TileSoftmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* o, int64_t hdp) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* sr = s + r * lds;
+    __m256 mv = _mm256_set1_ps(m[r]);
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(sr + t));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    float mx = std::max(_mm_cvtss_f32(m4), _mm_cvtss_f32(_mm_movehdup_ps(m4)));
+    for (; t < n; ++t) mx = std::max(mx, sr[t]);
+    if (mx == -INFINITY) {
+      std::fill(sr, sr + n, 0.0f);
+      continue;
+    }
+    const __m256 mxv = _mm256_set1_ps(mx);
+    __m256 sum = _mm256_setzero_ps();
+    t = 0;
+    for (; t + 8 <= n; t += 8) {
+      const __m256 p = ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(sr + t), mxv));
+      _mm256_storeu_ps(sr + t, p);
+      sum = _mm256_add_ps(sum, p);
+    }
+    float total = HSum(sum);
+    for (; t < n; ++t) total += (sr[t] = std::exp(sr[t] - mx));
+    const float alpha = std::exp(m[r] - mx);
+    m[r] = mx;
+    l[r] = l[r] * alpha + total;
+    if (alpha != 1.0f) {
+      const __m256 av = _mm256_set1_ps(alpha);
+      for (int64_t d = 0; d < hdp; d += 8) _mm256_storeu_ps(o + r * hdp + d, _mm256_mul_ps(av, _mm256_loadu_ps(o + r * hdp + d)));
+    }
+  }
+}
+
+// o[r0..r0+4][d0..d0+8C) += P · V over the tile's n keys.
+template <int C>
+void PvMicro(const float* p, int64_t ldp, const float* v, int64_t n, int64_t hdp, int64_t d0, float* o) {
+  __m256 acc[4][C];
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_loadu_ps(o + r * hdp + d0 + 8 * c);
+  for (int64_t t = 0; t < n; ++t) {
+    __m256 vv[C];
+    for (int c = 0; c < C; ++c) vv[c] = _mm256_loadu_ps(v + t * hdp + d0 + 8 * c);
+    for (int r = 0; r < 4; ++r) {
+      const __m256 w = _mm256_broadcast_ss(p + r * ldp + t);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(w, vv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(o + r * hdp + d0 + 8 * c, acc[r][c]);
+}
+
+void TilePv(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t n, int64_t hdp, float* o) {
+  for (int64_t r = 0; r < rows; r += 4) {
+    int64_t d = 0;
+    for (; d + 16 <= hdp; d += 16) PvMicro<2>(p + r * ldp, ldp, v, n, hdp, d, o + r * hdp);
+    if (d < hdp) PvMicro<1>(p + r * ldp, ldp, v, n, hdp, d, o + r * hdp);
+  }
+}
+
 }  // namespace
 
 const RowKernels& Avx2RowKernels() {
-  static const RowKernels k{Scores<float>, Scores<uint16_t>, Accum<float>, Accum<uint16_t>, ToF16};
+  static const RowKernels k{ScoresF32,     ScoresF16, Scores<int8_t>, AccumF32, AccumF16,    Accum<int8_t>, ToF16,
+                            WidenF32,      WidenF16,  Widen<int8_t>,  TileQk,   TileSoftmax, TilePv};
   return k;
 }
 

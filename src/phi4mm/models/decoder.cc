@@ -1,11 +1,11 @@
 // Phi-4-mini decoder forward pass: float32 activations over weights in any WeightMatrix format,
-// with the KV cache stored as float32 or IEEE half (keys after rotary, converted when appended).
+// with the KV cache stored as float32, IEEE half or 8-bit (keys after rotary, converted when
+// appended).
 #include "phi4mm/models/decoder.h"
 
 #include <cmath>
 #include <cstring>
 
-#include "phi4mm/base/half.h"
 #include "phi4mm/kernels/attention.h"
 #include "phi4mm/kernels/ops.h"
 #include "phi4mm/models/weight_loading.h"
@@ -138,15 +138,8 @@ Status Decoder::Forward(const float* embeds, int64_t S, LoraMode mode, bool long
       ApplyRotary(qs, nh, hd, rd, cos.data() + s * rd, sin.data() + s * rd);
       ApplyRotary(ks, nkv, hd, rd, cos.data() + s * rd, sin.data() + s * rd);
       const float* vs = row + (nh + nkv) * hd;
-      uint8_t* kd = kc + (past + s) * rb;
-      uint8_t* vd = vc + (past + s) * rb;
-      if (cache->dtype_ == KvDType::kF16) {
-        F32ToF16Row(ks, nkv * hd, reinterpret_cast<uint16_t*>(kd));
-        F32ToF16Row(vs, nkv * hd, reinterpret_cast<uint16_t*>(vd));
-      } else {
-        std::memcpy(kd, ks, rb);
-        std::memcpy(vd, vs, rb);
-      }
+      StoreKvRow(cache->dtype_, ks, nkv, hd, kc + (past + s) * rb);
+      StoreKvRow(cache->dtype_, vs, nkv, hd, vc + (past + s) * rb);
     }
     CausalAttention(q.data(), KvView{kc, vc, cache->dtype_}, past, S, shape, attn.data(), pool);
     L.o.Forward(attn.data(), S, tmp.data(), mode, pool, &scratch);

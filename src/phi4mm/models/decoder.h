@@ -29,7 +29,8 @@ struct DecoderLayerWeights {
 };
 
 // Per-session key/value cache, rows appended per position: [layer][pos][kv_head][head_dim], as
-// float32 or IEEE half (rounded to nearest even when stored).
+// float32, IEEE half (rounded to nearest even when stored) or 8-bit (int8 per head row with a
+// float scale, quantized when stored); see KvDType.
 class KvCache {
  public:
   KvCache() = default;
@@ -44,7 +45,7 @@ class KvCache {
   // Bytes allocated (capacity, not length).
   size_t bytes() const;
   int64_t row_floats() const { return kv_heads_ * head_dim_; }
-  size_t row_bytes() const { return static_cast<size_t>(row_floats()) * KvDTypeBytes(dtype_); }
+  size_t row_bytes() const { return KvRowBytes(dtype_, kv_heads_, head_dim_); }
 
  private:
   friend class Decoder;
@@ -73,8 +74,8 @@ class Decoder {
   }
   // KV-cache bytes one position takes (all layers, K and V).
   int64_t kv_bytes_per_token() const {
-    return 2 * cfg_.num_hidden_layers * cfg_.num_key_value_heads * cfg_.head_dim *
-           static_cast<int64_t>(KvDTypeBytes(kv_dtype_));
+    return 2 * cfg_.num_hidden_layers *
+           static_cast<int64_t>(KvRowBytes(kv_dtype_, cfg_.num_key_value_heads, cfg_.head_dim));
   }
   const WeightMatrix& lm_head() const;
   const std::vector<DecoderLayerWeights>& layers() const { return layers_; }
