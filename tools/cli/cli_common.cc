@@ -79,6 +79,10 @@ void ModelFlags::Register(CLI::App* app) {
                   "`phi4mm quantize` runs in its mode), bf16, q8 (8-bit blocks), q4 (4-bit blocks with an "
                   "8-bit embedding/lm_head)")
       ->capture_default_str();
+  app->add_option("--kv-dtype", kv_dtype,
+                  "KV-cache element type: f32 (exact), f16 (half the memory), q8 (int8 rows with a scale, "
+                  "a quarter; ~1-4% logit error)")
+      ->capture_default_str();
   app->add_flag("-v,--verbose", verbose, "Print load and generation timings to stderr");
 }
 
@@ -94,6 +98,9 @@ Result<std::shared_ptr<const Model>> LoadModel(const ModelFlags& flags) {
   const std::optional<QuantMode> quant = ParseQuantMode(flags.quant);
   if (!quant) return InvalidArgument("--quant must be none, bf16, q8 or q4, got '" + flags.quant + "'");
   opts.quant = *quant;
+  const std::optional<KvDType> kv = ParseKvDType(flags.kv_dtype);
+  if (!kv) return InvalidArgument("--kv-dtype must be f32, f16 or q8, got '" + flags.kv_dtype + "'");
+  opts.kv_dtype = *kv;
   auto m = Model::Load(flags.dir, opts);
   if (m.ok() && flags.verbose) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

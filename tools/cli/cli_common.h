@@ -45,6 +45,7 @@ Result<std::string> RenderUserPrompt(const std::string& prompt, const std::strin
 struct ModelFlags {
   std::string dir;
   std::string quant = "none";
+  std::string kv_dtype = "f32";
   int threads = 0;
   bool verbose = false;
   void Register(CLI::App* app);
@@ -58,7 +59,6 @@ struct BenchFlags {
   std::string lora = "all";
   int64_t vision_crops = 1;
   double audio_seconds = 5;
-  std::string kv_dtype = "f32";
   bool json = false;
   void Register(CLI::App* app);
 };

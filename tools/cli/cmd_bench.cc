@@ -112,15 +112,14 @@ void BenchFlags::Register(CLI::App* app) {
       ->capture_default_str();
   app->add_option("--audio-seconds", audio_seconds, "Length of the synthetic clip (0 skips audio)")
       ->capture_default_str();
-  app->add_option("--kv-dtype", kv_dtype, "KV-cache element type: f32 or f16")->capture_default_str();
   app->add_flag("--json", json, "Print JSON instead of the table");
 }
 
 int BenchCommand(const BenchFlags& f) {
   const std::optional<QuantMode> quant = ParseQuantMode(f.model.quant);
   if (!quant) return ReportError(InvalidArgument("--quant must be none, bf16, q8 or q4, got '" + f.model.quant + "'"));
-  const std::optional<KvDType> kv = ParseKvDType(f.kv_dtype);
-  if (!kv) return ReportError(InvalidArgument("--kv-dtype must be f32 or f16, got '" + f.kv_dtype + "'"));
+  const std::optional<KvDType> kv = ParseKvDType(f.model.kv_dtype);
+  if (!kv) return ReportError(InvalidArgument("--kv-dtype must be f32, f16 or q8, got '" + f.model.kv_dtype + "'"));
   std::vector<LoraMode> modes;
   if (f.lora == "all") modes = {LoraMode::kNone, LoraMode::kVision, LoraMode::kSpeech};
   else if (f.lora == "none") modes = {LoraMode::kNone};
