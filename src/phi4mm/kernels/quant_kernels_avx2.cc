@@ -33,6 +33,18 @@ inline void Store(const TileArgs& t, int r, int i, float v) {
 
 inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
 
+// GEMV streams each weight row once. A tile's R rows are contiguous, and so is the next tile
+// (the driver walks rows in order), but rows of a few KB are too short for the hardware stream
+// prefetcher to ramp up on each. So while block b of this tile is computed, the matching slice of
+// a later tile's bytes is prefetched: `step` bytes per block, one or two tiles ahead. Prefetches
+// past the end of the matrix are harmless (they never fault).
+inline void PrefetchNextTile(const TileArgs& t, int R, int64_t b, int64_t step) {
+  const int64_t tile_bytes = R * static_cast<int64_t>(t.w_stride);
+  const int64_t ahead = 1 + 12288 / tile_bytes;  // at least ~12 KB ahead: 2 tiles of short rows
+  const char* p = reinterpret_cast<const char*>(t.w) + ahead * tile_bytes + b * step;
+  for (int64_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 struct F32Loader {
   static __m256 Load(const uint8_t* row, int64_t k) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k); }
   static float At(const uint8_t* row, int64_t k) { return reinterpret_cast<const float*>(row)[k]; }
@@ -101,6 +113,9 @@ struct Q8Impl {
     const __m256i ones = _mm256_set1_epi16(1);
     const int64_t nb = CeilDiv(t.cols, kQ8Block);
     for (int64_t b = 0; b < nb; ++b) {
+      if constexpr (N == 1) {
+        if (b % 2 == 0) PrefetchNextTile(t, R, b / 2, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
+      }
       for (int r = 0; r < R; ++r) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs));
         const __m256i wabs = _mm256_sign_epi8(wv, wv);
@@ -133,6 +148,7 @@ struct Q4KImpl {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const int64_t nb = CeilDiv(t.cols, kQ4KBlock);
     for (int64_t b = 0; b < nb; ++b) {
+      if constexpr (N == 1) PrefetchNextTile(t, R, b, R * static_cast<int64_t>(sizeof(BlockQ4K)));
       __m256i isum[R][N];
       for (int r = 0; r < R; ++r)
         for (int i = 0; i < N; ++i) isum[r][i] = _mm256_setzero_si256();
