@@ -150,7 +150,10 @@ int BenchCommand(const BenchFlags& f) {
   if (!loaded.ok()) return ReportError(loaded.status());
   const std::shared_ptr<const Model> model = *loaded;
   j["load_seconds"] = Since(t0);
-  j["quant"] = QuantModeName(*quant);
+  // A folder written by `phi4mm quantize` runs in its own mode (the --quant default keeps it).
+  const std::string& pre = model->checkpoint().prequantized();
+  const std::string quant_label = pre.empty() ? QuantModeName(*quant) : pre + " (pre-quantized)";
+  j["quant"] = quant_label;
   const Decoder& dec = model->decoder();
   const TextConfig& tc = dec.config();
   const int64_t vocab = model->embedding().vocab_size();
@@ -304,7 +307,7 @@ int BenchCommand(const BenchFlags& f) {
   const auto& m = j["machine"];
   std::printf("machine: %d threads (%s), read %.1f GB/s, f32 %.1f GFLOP/s, int8 %.1f GMAC/s\n",
               m["threads"].get<int>(), peaks.isa, peaks.read_gb_per_s, peaks.f32_gflop_per_s, peaks.int8_gmac_per_s);
-  std::printf("model: %s, quant %s, KV %s, loaded in %.2f s\n", f.model.dir.c_str(), QuantModeName(*quant),
+  std::printf("model: %s, quant %s, KV %s, loaded in %.2f s\n", f.model.dir.c_str(), quant_label.c_str(),
               KvDTypeName(*kv), j["load_seconds"].get<double>());
   std::printf("%-28s %12s %12s %8s\n", "figure", "measured", "ceiling", "ratio");
   auto row = [](const std::string& name, double v, double c, double r, const char* f) {
