@@ -170,15 +170,21 @@ struct Q4KImpl {
           }
         }
       }
+      // Block tail: acc += d*da * isum - (dmin * mins) . (da * bsums), the sub-mins widened to
+      // float once per weight row and the block sums once per activation row.
+      __m256 dw[R], mw[R];
       for (int r = 0; r < R; ++r) {
-        const float d = HalfToFloat(w[r][b].d), dmin = HalfToFloat(w[r][b].dmin);
-        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].mins)));
-        for (int i = 0; i < N; ++i) {
-          const float da = a[i][b].d;
-          const __m128i bs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i][b].bsums));
-          const __m256 m = _mm256_cvtepi32_ps(_mm256_zextsi128_si256(_mm_madd_epi16(mins, bs)));
-          acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][i]), _mm256_set1_ps(d * da), acc[r][i]);
-          acc[r][i] = _mm256_fnmadd_ps(m, _mm256_set1_ps(dmin * da), acc[r][i]);
+        dw[r] = _mm256_set1_ps(HalfToFloat(w[r][b].d));
+        const __m256i mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].mins)));
+        mw[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(HalfToFloat(w[r][b].dmin)));
+      }
+      for (int i = 0; i < N; ++i) {
+        const __m256 da = _mm256_broadcast_ss(&a[i][b].d);
+        const __m256i bs = _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i][b].bsums)));
+        const __m256 bf = _mm256_mul_ps(_mm256_cvtepi32_ps(bs), da);
+        for (int r = 0; r < R; ++r) {
+          acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][i]), _mm256_mul_ps(dw[r], da), acc[r][i]);
+          acc[r][i] = _mm256_fnmadd_ps(mw[r], bf, acc[r][i]);
         }
       }
     }
