@@ -101,13 +101,7 @@ Result<WeightMatrix> WeightMatrix::FromData(DType dtype, const void* data, int64
                          " are not supported (expected F32, BF16 or F16)");
   }
   w.row_bytes_ = RowBytesOf(w.format_, cols);
-  if (reinterpret_cast<uintptr_t>(data) % DTypeSize(dtype) != 0) {
-    w.owned_ = Allocate(w.bytes());
-    std::memcpy(w.owned_.get(), data, w.bytes());
-    w.data_ = w.owned_.get();
-  } else {
-    w.data_ = data;
-  }
+  w.ViewOrCopy(data, DTypeSize(dtype));
   return w;
 }
 
@@ -122,14 +116,18 @@ Result<WeightMatrix> WeightMatrix::FromStorage(WeightFormat format, const void* 
     return InvalidArgument(std::string(WeightFormatName(format)) + " storage of " + std::to_string(rows) + "x" +
                            std::to_string(cols) + " needs " + std::to_string(w.bytes()) + " bytes, got " +
                            std::to_string(nbytes));
-  if (reinterpret_cast<uintptr_t>(data) % alignof(uint32_t) != 0) {
-    w.owned_ = Allocate(w.bytes());
-    std::memcpy(w.owned_.get(), data, w.bytes());
-    w.data_ = w.owned_.get();
-  } else {
-    w.data_ = data;
-  }
+  w.ViewOrCopy(data, alignof(uint32_t));
   return w;
+}
+
+void WeightMatrix::ViewOrCopy(const void* data, size_t alignment) {
+  if (reinterpret_cast<uintptr_t>(data) % alignment == 0) {
+    data_ = data;
+    return;
+  }
+  owned_ = Allocate(bytes());
+  std::memcpy(owned_.get(), data, bytes());
+  data_ = owned_.get();
 }
 
 WeightMatrix WeightMatrix::FromF32(std::vector<float> values, int64_t rows, int64_t cols) {

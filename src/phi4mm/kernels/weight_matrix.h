@@ -78,6 +78,8 @@ class WeightMatrix {
   // where the kernel allows it (decode streams every weight once per token, and 4 KiB pages stop
   // the hardware prefetchers at every page boundary).
   static std::shared_ptr<uint8_t[]> Allocate(size_t bytes);
+  // Points at `data` when it is `alignment`-aligned, else at an owned copy of bytes() of it.
+  void ViewOrCopy(const void* data, size_t alignment);
 
   std::shared_ptr<uint8_t[]> owned_;
 };
