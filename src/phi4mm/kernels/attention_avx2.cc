@@ -14,6 +14,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "phi4mm/kernels/avx2_reduce.h"
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/attention.h"
 
@@ -21,12 +22,7 @@ namespace phi4mm::attention_internal {
 
 namespace {
 
-inline float HSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using avx2::HSum;
 
 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 Load8(const uint16_t* p) {

@@ -12,6 +12,7 @@
 // round-to-nearest-even conversion).
 #include <immintrin.h>
 
+#include "phi4mm/kernels/avx2_reduce.h"
 #include "phi4mm/kernels/quant.h"
 #include "phi4mm/kernels/quant_kernels.h"
 
@@ -19,12 +20,7 @@ namespace phi4mm {
 
 namespace {
 
-inline float HSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using avx2::HSum;
 
 inline void Store(const TileArgs& t, int r, int i, float v) {
   float& y = t.y[i * t.ldy + r];

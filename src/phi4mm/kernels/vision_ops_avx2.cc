@@ -13,6 +13,7 @@
 #include <cmath>
 #include <vector>
 
+#include "phi4mm/kernels/avx2_reduce.h"
 #include "phi4mm/kernels/vision_ops.h"
 
 namespace phi4mm::vision_internal {
@@ -48,12 +49,7 @@ inline float HMax(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
-inline float HSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using avx2::HSum;
 
 // s[r * kBk + c] = sum_d q[r * hdp + d] * kt[d * kBk + c] for 6 rows and 16 columns.
 inline void ScoreTile6x16(const float* q, const float* kt, int64_t hdp, float* s) {
