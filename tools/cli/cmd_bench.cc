@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <unistd.h>
 
@@ -198,18 +199,32 @@ int BenchCommand(const BenchFlags& f) {
                  {"ceiling_tok_per_s", decode_ceil},
                  {"ratio", decode_tps / decode_ceil}};
 
-  // Decode per LoRA mode, each after a short prompt in that mode.
+  // Decode per LoRA mode, each in its own session after a short prompt in that mode. The modes are
+  // timed in interleaved rounds (none, vision, speech, none, ...) and each keeps its best round, so
+  // a drift of this VM's bandwidth during the run moves every mode alike instead of skewing the
+  // ratios to text-only.
   j["lora"] = nlohmann::json::array();
-  double text_tps = 0;
   const int64_t short_p = std::min<int64_t>(16, P);
+  constexpr int kRounds = 3;
+  std::vector<std::unique_ptr<Session>> sessions;
   for (LoraMode m : modes) {
-    Session ls(model);
-    if (Status st = ls.Append(RandomIds(rng, short_p, vocab), m); !st.ok()) return ReportError(st);
-    if (Status st = DecodeSteps(ls, rng, 1, m).status; !st.ok()) return ReportError(st);
-    const Timed t = DecodeSteps(ls, rng, N, m);
-    if (!t.status.ok()) return ReportError(t.status);
-    const double tps = N / t.seconds;
-    const double bytes = DecodeWeightBytes(dec, m) + kv_tok * (short_p + 1 + N / 2.0);
+    sessions.push_back(std::make_unique<Session>(model));
+    if (Status st = sessions.back()->Append(RandomIds(rng, short_p, vocab), m); !st.ok()) return ReportError(st);
+    if (Status st = DecodeSteps(*sessions.back(), rng, 1, m).status; !st.ok()) return ReportError(st);
+  }
+  std::vector<double> best(modes.size(), 0.0);
+  for (int round = 0; round < kRounds; ++round)
+    for (size_t k = 0; k < modes.size(); ++k) {
+      const Timed t = DecodeSteps(*sessions[k], rng, N, modes[k]);
+      if (!t.status.ok()) return ReportError(t.status);
+      best[k] = std::max(best[k], N / t.seconds);
+    }
+  sessions.clear();
+  double text_tps = 0;
+  for (size_t k = 0; k < modes.size(); ++k) {
+    const LoraMode m = modes[k];
+    const double tps = best[k];
+    const double bytes = DecodeWeightBytes(dec, m) + kv_tok * (short_p + 1 + kRounds * N / 2.0);
     const double ceil = peaks.read_gb_per_s * 1e9 / bytes;
     if (m == LoraMode::kNone) text_tps = tps;
     j["lora"].push_back({{"mode", LoraModeName(m)},
