@@ -105,6 +105,18 @@ TEST(KvCacheAttention, Avx2RowKernelsMatchScalar) {
     }
 }
 
+// Unset kv_dtype: float32 where the weights run as stored (the exact parity mode), f16 under the
+// converting modes.
+TEST(KvCacheModel, DefaultDtypeIsF32AsStoredAndF16WhenQuantized) {
+  for (QuantMode q : {QuantMode::kNone, QuantMode::kBF16, QuantMode::kQ8, QuantMode::kQ4}) {
+    LoadOptions o;
+    o.quant = q;
+    auto m = Model::Load(test::FixturePath("tiny/orig"), o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ((*m)->Info().kv_dtype, q == QuantMode::kNone ? "f32" : "f16") << QuantModeName(q);
+  }
+}
+
 TEST(KvCacheModel, HalfAnd8BitCachesAreSmallerAndKeepLogitsClose) {
   std::vector<float> logits[3];
   size_t bytes[3] = {};

@@ -49,6 +49,10 @@ std::shared_ptr<const Model> LoadQuantized(QuantMode q) {
   if (!m) {
     LoadOptions opts;
     opts.quant = q;
+    // The weights' quantization alone: the converting modes' default f16 KV cache adds its own
+    // rounding, which on this fixture flips one decisive step of cross_speech under q8
+    // (docs/quant-quality.md); its error is checked in kv_cache_test.cc.
+    opts.kv_dtype = KvDType::kF32;
     auto r = Model::Load(FixturePath("tiny/orig"), opts);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (r.ok()) m = *r;

@@ -80,8 +80,9 @@ void ModelFlags::Register(CLI::App* app) {
                   "8-bit embedding/lm_head)")
       ->capture_default_str();
   app->add_option("--kv-dtype", kv_dtype,
-                  "KV-cache element type: f32 (exact), f16 (half the memory), q8 (int8 rows with a scale, "
-                  "a quarter; ~1-4% logit error)")
+                  "KV-cache element type: auto (f32 with --quant none on a float checkpoint, else f16), "
+                  "f32 (exact), f16 (half the memory), q8 (int8 rows with a scale, a quarter; ~1-4% logit "
+                  "error)")
       ->capture_default_str();
   app->add_flag("-v,--verbose", verbose, "Print load and generation timings to stderr");
 }
@@ -91,6 +92,13 @@ int ReportError(const Status& st) {
   return 1;
 }
 
+Result<std::optional<KvDType>> ParseKvDTypeFlag(const std::string& s) {
+  if (s == "auto") return std::optional<KvDType>();
+  const std::optional<KvDType> kv = ParseKvDType(s);
+  if (!kv) return InvalidArgument("--kv-dtype must be auto, f32, f16 or q8, got '" + s + "'");
+  return kv;
+}
+
 Result<std::shared_ptr<const Model>> LoadModel(const ModelFlags& flags) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadOptions opts;
@@ -98,9 +106,7 @@ Result<std::shared_ptr<const Model>> LoadModel(const ModelFlags& flags) {
   const std::optional<QuantMode> quant = ParseQuantMode(flags.quant);
   if (!quant) return InvalidArgument("--quant must be none, bf16, q8 or q4, got '" + flags.quant + "'");
   opts.quant = *quant;
-  const std::optional<KvDType> kv = ParseKvDType(flags.kv_dtype);
-  if (!kv) return InvalidArgument("--kv-dtype must be f32, f16 or q8, got '" + flags.kv_dtype + "'");
-  opts.kv_dtype = *kv;
+  PHI4MM_ASSIGN_OR_RETURN(opts.kv_dtype, ParseKvDTypeFlag(flags.kv_dtype));
   auto m = Model::Load(flags.dir, opts);
   if (m.ok() && flags.verbose) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

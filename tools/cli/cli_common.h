@@ -45,7 +45,7 @@ Result<std::string> RenderUserPrompt(const std::string& prompt, const std::strin
 struct ModelFlags {
   std::string dir;
   std::string quant = "none";
-  std::string kv_dtype = "f32";
+  std::string kv_dtype = "auto";
   int threads = 0;
   bool verbose = false;
   void Register(CLI::App* app);
@@ -74,6 +74,8 @@ struct QuantizeFlags {
 // Prints "phi4mm: error: <message>" to stderr and returns the exit code for it.
 int ReportError(const Status& st);
 // Loads the model, printing the load time with --verbose.
+// --kv-dtype: "auto" (unset: LoadOptions picks by mode) or a KvDType name.
+Result<std::optional<KvDType>> ParseKvDTypeFlag(const std::string& s);
 Result<std::shared_ptr<const Model>> LoadModel(const ModelFlags& flags);
 void PrintTimings(const GenerateResult& r);
 

@@ -119,8 +119,8 @@ void BenchFlags::Register(CLI::App* app) {
 int BenchCommand(const BenchFlags& f) {
   const std::optional<QuantMode> quant = ParseQuantMode(f.model.quant);
   if (!quant) return ReportError(InvalidArgument("--quant must be none, bf16, q8 or q4, got '" + f.model.quant + "'"));
-  const std::optional<KvDType> kv = ParseKvDType(f.model.kv_dtype);
-  if (!kv) return ReportError(InvalidArgument("--kv-dtype must be f32, f16 or q8, got '" + f.model.kv_dtype + "'"));
+  const Result<std::optional<KvDType>> kv = ParseKvDTypeFlag(f.model.kv_dtype);
+  if (!kv.ok()) return ReportError(kv.status());
   std::vector<LoraMode> modes;
   if (f.lora == "all") modes = {LoraMode::kNone, LoraMode::kVision, LoraMode::kSpeech};
   else if (f.lora == "none") modes = {LoraMode::kNone};
@@ -323,7 +323,7 @@ int BenchCommand(const BenchFlags& f) {
   std::printf("machine: %d threads (%s), read %.1f GB/s, f32 %.1f GFLOP/s, int8 %.1f GMAC/s\n",
               m["threads"].get<int>(), peaks.isa, peaks.read_gb_per_s, peaks.f32_gflop_per_s, peaks.int8_gmac_per_s);
   std::printf("model: %s, quant %s, KV %s, loaded in %.2f s\n", f.model.dir.c_str(), quant_label.c_str(),
-              KvDTypeName(*kv), j["load_seconds"].get<double>());
+              KvDTypeName(dec.kv_dtype()), j["load_seconds"].get<double>());
   std::printf("%-28s %12s %12s %8s\n", "figure", "measured", "ceiling", "ratio");
   auto row = [](const std::string& name, double v, double c, double r, const char* f) {
     std::printf("%-28s %12s %12s %7.0f%%\n", name.c_str(), Fmt(f, v).c_str(), Fmt(f, c).c_str(), 100 * r);
@@ -345,7 +345,7 @@ int BenchCommand(const BenchFlags& f) {
   const auto& mm = j["memory"];
   std::printf("decode reads %.2f GB/token (weights %.2f GB); KV %s %lld B/token, cache %.1f MiB\n",
               dj["bytes_per_token"].get<double>() / 1e9, mm["decoder_weight_bytes"].get<double>() / 1e9,
-              KvDTypeName(*kv), static_cast<long long>(dec.kv_bytes_per_token()),
+              KvDTypeName(dec.kv_dtype()), static_cast<long long>(dec.kv_bytes_per_token()),
               static_cast<double>(s.kv_cache_bytes()) / (1 << 20));
   std::printf("peak RSS %.2f GB (text-only part %.2f GB)\n", static_cast<double>(PeakRssBytes()) / 1e9,
               static_cast<double>(rss_text) / 1e9);

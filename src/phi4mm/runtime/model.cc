@@ -15,9 +15,10 @@ Result<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const L
   PHI4MM_ASSIGN_OR_RETURN(TokenEmbedding emb,
                           TokenEmbedding::Load(*m->checkpoint_, m->config_.text, opts.quant, m->pool_.get()));
   m->embedding_ = std::make_shared<const TokenEmbedding>(std::move(emb));
-  PHI4MM_ASSIGN_OR_RETURN(m->decoder_,
-                          Decoder::Load(*m->checkpoint_, m->config_, m->embedding_, opts.quant, m->pool_.get(),
-                                                        opts.kv_dtype));
+  const bool exact = opts.quant == QuantMode::kNone && m->checkpoint_->prequantized().empty();
+  const KvDType kv = opts.kv_dtype.value_or(exact ? KvDType::kF32 : KvDType::kF16);
+  PHI4MM_ASSIGN_OR_RETURN(m->decoder_, Decoder::Load(*m->checkpoint_, m->config_, m->embedding_, opts.quant,
+                                                     m->pool_.get(), kv));
   return std::shared_ptr<const Model>(std::move(m));
 }
 

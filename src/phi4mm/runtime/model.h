@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 
@@ -26,10 +27,11 @@ struct LoadOptions {
   // encoder's layers (VisionModel::EncoderLinearFormat: Q8_0 under q8 and q4). The speech part
   // keeps its stored formats for now.
   QuantMode quant = QuantMode::kNone;
-  // Element type of the sessions' KV caches. kF16 halves their size and the bytes decode reads, but
-  // moves the tiny fixture's logits by ~1.6e-3 relative (docs/benchmarks.md), past the 1e-4 parity
-  // tolerance, so float32 stays the default.
-  KvDType kv_dtype = KvDType::kF32;
+  // Element type of the sessions' KV caches. Unset: float32 when the weights run as stored (the
+  // reference-exact mode; f16 moves the tiny fixture's logits by ~1.6e-3 relative, past the 1e-4
+  // parity tolerance), f16 under bf16, q8 and q4 and for a pre-quantized folder, where it halves the
+  // cache and the bytes decode reads at a cost far below the weights' own rounding.
+  std::optional<KvDType> kv_dtype = std::nullopt;
   // When set, every weight converted at load (also by vision() / speech() later) is recorded here
   // (`phi4mm quantize`, io/prequantized.h); must outlive the model's loading.
   ConversionLog* conversion_log = nullptr;
