@@ -6,7 +6,9 @@
 // weights that do not fit in the last-level cache (decode on the full model); TileShape compares
 // register tile shapes for choosing the kernel tables' TileShape.
 //   phi4mm_kernels_bench --benchmark_filter=Gemv   (decode only)
-// PHI4MM_BENCH_THREADS=n sets the matmul pool size (default: one thread per core).
+// PHI4MM_BENCH_THREADS=n sets the matmul pool size (default: one thread per core);
+// PHI4MM_BENCH_KERNELS=name runs another kernel table this CPU has (scalar, avx2, avx512) instead
+// of the active one.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -26,6 +28,16 @@ namespace {
 ThreadPool& Pool() {
   static ThreadPool pool(std::getenv("PHI4MM_BENCH_THREADS") ? std::atoi(std::getenv("PHI4MM_BENCH_THREADS")) : 0);
   return pool;
+}
+
+const MatMulKernels& Kernels() {
+  static const MatMulKernels* const k = [] {
+    const char* want = std::getenv("PHI4MM_BENCH_KERNELS");
+    for (const MatMulKernels* t : AvailableKernels())
+      if (want != nullptr && std::strcmp(want, t->name) == 0) return t;
+    return &ActiveKernels();
+  }();
+  return *k;
 }
 
 // Deterministic pseudo-random bf16 weights of typical magnitude (~0.02), kept alive for reuse.
@@ -62,10 +74,10 @@ void BM_MatMul(benchmark::State& state) {
   const std::vector<float> x = Activations(n, cols);
   std::vector<float> y(static_cast<size_t>(n * rows));
   for (auto _ : state) {
-    w.MatMul(x.data(), n, y.data(), &Pool());
+    w.MatMulWith(Kernels(), x.data(), n, y.data(), &Pool());
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetLabel(std::string(WeightFormatName(f)) + " " + ActiveKernels().name);
+  state.SetLabel(std::string(WeightFormatName(f)) + " " + Kernels().name);
   if (n == 1)
     state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes()) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
@@ -109,11 +121,11 @@ void BM_GemvCold(benchmark::State& state) {
   std::vector<float> y(static_cast<size_t>(n * rows));
   size_t next = 0;
   for (auto _ : state) {
-    mats[next].MatMul(x.data(), n, y.data(), &Pool());
+    mats[next].MatMulWith(Kernels(), x.data(), n, y.data(), &Pool());
     next = (next + 1) % mats.size();
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetLabel(std::string(WeightFormatName(f)) + " " + ActiveKernels().name);
+  state.SetLabel(std::string(WeightFormatName(f)) + " " + Kernels().name);
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(src.bytes()) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_GemvCold)
@@ -131,11 +143,11 @@ BENCHMARK(BM_GemvCold)
     ->Unit(benchmark::kMillisecond);
 
 // One tile shape against another on the same matrix (args: format, rows, cols, n, R, N): the
-// active table with its preferred shape replaced, for choosing TileShape values.
+// chosen table with its preferred shape replaced, for choosing TileShape values.
 void BM_TileShape(benchmark::State& state) {
   const auto f = static_cast<WeightFormat>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
-  MatMulKernels k = ActiveKernels();
+  MatMulKernels k = Kernels();
   const int R = static_cast<int>(state.range(4)), N = static_cast<int>(state.range(5));
   k.shape[static_cast<int>(f)] = {R, R, N};
   const WeightMatrix& w = Weights(rows, cols, f);
@@ -152,7 +164,7 @@ BENCHMARK(BM_TileShape)
     ->Name("TileShape")
     ->Apply([](auto* b) {
       for (int f : {1, 3, 4})
-        for (const auto& rn : {std::pair<int, int>{1, 4}, {2, 4}, {2, 2}, {3, 4}, {4, 2}, {4, 3}})
+        for (const auto& rn : {std::pair<int, int>{1, 4}, {2, 4}, {2, 2}, {3, 3}, {3, 4}, {4, 2}, {4, 3}, {4, 4}})
           b->Args({f, 16384, 3072, 256, rn.first, rn.second});
       for (int f : {1, 3, 4})
         for (int r : {1, 2, 4}) b->Args({f, 16384, 3072, 1, r, 1});

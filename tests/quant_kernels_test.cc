@@ -2,7 +2,8 @@
 // format (half a step of the stored scale), activation quantizers bit-identical across ISAs, the
 // scalar kernels against a double-precision reference with the analytic activation-rounding bound,
 // and every kernel table this CPU runs against the scalar table, for every format, on odd shapes
-// and column tails (rows 1..130, cols 32..4304, n = 1..17), with accumulate and threads.
+// and column tails (rows 1..130, cols 32..4304, n = 1..17), with accumulate and threads. Q4_K
+// also: the interleaved block order spelled out, and the int16 accumulation bound hit exactly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -57,6 +58,38 @@ TEST(QuantFormat, Q4KRoundTripWithinHalfStep) {
       const float step = F16ToF32(b.d) * static_cast<float>(b.scales[(i % kQ4KBlock) / kQ4KSub]);
       const float bound = 0.5f * step * (1.0f + 1e-5f) + 1e-6f * std::fabs(x[i]) + 1e-30f;
       ASSERT_LE(std::fabs(back[i] - x[i]), bound) << "cols=" << cols << " i=" << i;
+    }
+  }
+}
+
+// The interleaved Q4_K / A8K block order, spelled out independently of Q4KPos: weight k of
+// sub-block j of a block is the nibble at position (k/4)*32 + j*4 + k%4, position p living in
+// byte (p/64)*32 + p%32 (low nibble when p%64 < 32). Dequantizing puts weight k back at k, within
+// half a step, and the activation quantizer stores element k at the same position.
+TEST(QuantFormat, Q4KInterleavedOrderRoundTrips) {
+  for (int64_t cols : {48, 256, 300, 4304}) {
+    const std::vector<float> x = Random(static_cast<size_t>(cols), static_cast<uint32_t>(cols) + 17, 0.05f);
+    std::vector<BlockQ4K> q(static_cast<size_t>(CeilDiv(cols, kQ4KBlock)));
+    QuantizeRowQ4K(x.data(), cols, q.data());
+    std::vector<float> back(static_cast<size_t>(cols));
+    DequantizeRowQ4K(q.data(), cols, back.data());
+    std::vector<BlockA8K> a(q.size());
+    QuantizeRowA8K(x.data(), cols, a.data());
+    for (int64_t e = 0; e < cols; ++e) {
+      const BlockQ4K& b = q[e / kQ4KBlock];
+      const int j = static_cast<int>(e % kQ4KBlock) / 32, k = static_cast<int>(e % 32);
+      const int p = (k / 4) * 32 + j * 4 + k % 4;
+      ASSERT_EQ(p, Q4KPos(j, k));
+      const uint8_t byte = b.qs[(p / 64) * 32 + p % 32];
+      const int nib = p % 64 < 32 ? (byte & 15) : (byte >> 4);
+      const float step = F16ToF32(b.d) * static_cast<float>(b.scales[j]);
+      const float want = step * static_cast<float>(nib) - F16ToF32(b.dmin) * static_cast<float>(b.mins[j]);
+      ASSERT_EQ(back[e], want) << "cols=" << cols << " e=" << e;
+      const float bound = 0.5f * step * (1.0f + 1e-5f) + 1e-6f * std::fabs(x[e]) + 1e-30f;
+      ASSERT_LE(std::fabs(back[e] - x[e]), bound) << "cols=" << cols << " e=" << e;
+      const BlockA8K& ab = a[e / kQ4KBlock];
+      const float id = ab.d > 0.0f ? 1.0f / ab.d : 0.0f;
+      ASSERT_NEAR(ab.qs[p], x[e] * id, 0.5f + 1e-3f) << "A8K cols=" << cols << " e=" << e;
     }
   }
 }
@@ -141,7 +174,7 @@ TEST(QuantKernels, EveryIsaMatchesScalar) {
         for (int64_t cols : {32, 48, 64, 96, 300, 4304}) {
           if (cols == 4304 && rows > 33) continue;
           const WeightMatrix w = Make(rows, cols, f, static_cast<uint32_t>(rows * 7 + cols));
-          for (int64_t n : {1, 2, 3, 8, 17}) {
+          for (int64_t n : {1, 2, 3, 4, 5, 8, 17}) {
             const std::vector<float> x = Random(static_cast<size_t>(n * cols), static_cast<uint32_t>(n + cols), 1.0f);
             std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), 0.5f), acc(want.size(), 0.5f);
             w.MatMulWith(ScalarKernels(), x.data(), n, want.data(), nullptr);
@@ -165,6 +198,43 @@ TEST(QuantKernels, EveryIsaMatchesScalar) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// Q4_K at the int16 accumulation bound of the AVX2 tile: every nibble 15 against activations of
+// +-127 (8 maddubs pairs of 2 * 15 * 127 = 30480 per int16 lane), and every table exactly equal to
+// the scalar one (the sums are exact integers and small enough for exact float scaling).
+TEST(QuantKernels, Q4KExtremesAreExact) {
+  for (int64_t cols : {256, 300, 1024}) {
+    const int64_t rows = 5, nb = CeilDiv(cols, kQ4KBlock);
+    std::vector<BlockQ4K> blocks(static_cast<size_t>(rows * nb));
+    for (BlockQ4K& b : blocks) {
+      b.d = F32ToF16(1.0f);
+      b.dmin = F32ToF16(0.5f);
+      for (int j = 0; j < 8; ++j) {
+        b.scales[j] = 1;
+        b.mins[j] = static_cast<uint8_t>(j);
+      }
+      std::memset(b.qs, 0xFF, sizeof(b.qs));
+    }
+    auto w = WeightMatrix::FromStorage(WeightFormat::kQ4K, blocks.data(), blocks.size() * sizeof(BlockQ4K), rows, cols);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    for (float sign : {1.0f, -1.0f}) {
+      const int64_t n = 3;
+      const std::vector<float> x(static_cast<size_t>(n * cols), sign * 127.0f);
+      std::vector<float> want(static_cast<size_t>(n * rows));
+      w->MatMulWith(ScalarKernels(), x.data(), n, want.data(), nullptr);
+      // Each full block gives 256 * 15 * 127 * da - 0.5 * 32 * sum(mins) * 127 * da with da = 1.
+      const float full = sign * (256.0f * 15.0f * 127.0f - 0.5f * 32.0f * 28.0f * 127.0f);
+      if (cols % kQ4KBlock == 0) {
+        EXPECT_EQ(want[0], full * static_cast<float>(nb));
+      }
+      for (const MatMulKernels* k : AvailableKernels()) {
+        std::vector<float> got(want.size());
+        w->MatMulWith(*k, x.data(), n, got.data(), nullptr);
+        EXPECT_EQ(got, want) << k->name << " cols=" << cols << " sign=" << sign;
       }
     }
   }

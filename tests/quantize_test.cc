@@ -201,8 +201,11 @@ TEST(Quantize, CorruptedMetadataIsAClearError) {
                   {"q9_k", "does not know"});
   ExpectLoadError(CorruptedCopy("marker", "phi4mm-prequantized", "phi4mm-prequantizex"),
                   {"phi4mm.format", "re-run phi4mm quantize"});
-  ExpectLoadError(CorruptedCopy("version", "\"phi4mm.version\":\"1\"", "\"phi4mm.version\":\"7\""),
-                  {"format version '7'"});
+  const std::string version = std::string("\"phi4mm.version\":\"") + kPackedVersion + "\"";
+  ExpectLoadError(CorruptedCopy("version", version, "\"phi4mm.version\":\"7\""), {"format version '7'"});
+  // A folder written before the interleaved Q4_K block order (version 1) asks to be re-quantized.
+  ExpectLoadError(CorruptedCopy("version_1", version, "\"phi4mm.version\":\"1\""),
+                  {"format version '1'", "quantize the original checkpoint again"});
   ExpectLoadError(CorruptedCopy("json", "\\\"rows\\\":", "\\\"rows\\\"]"), {"not valid JSON"});
   ExpectLoadError(CorruptedCopy("cols", "\\\"cols\\\":", "\\\"colz\\\":"), {"format, shape, rows and cols"});
 }

@@ -27,7 +27,7 @@ namespace phi4mm {
 inline constexpr const char* kPackedFormatKey = "phi4mm.format";  // = kPackedFormatValue
 inline constexpr const char* kPackedFormatValue = "phi4mm-prequantized";
 inline constexpr const char* kPackedVersionKey = "phi4mm.version";  // = kPackedVersion
-inline constexpr const char* kPackedVersion = "1";
+inline constexpr const char* kPackedVersion = "2";
 inline constexpr const char* kPackedQuantKey = "phi4mm.quant";  // the LoadOptions quant mode: "q4", ...
 // Prefix of the per-tensor keys: "phi4mm.tensor.<stored name>" -> {"format","shape","rows","cols"} as JSON.
 inline constexpr const char* kPackedTensorKeyPrefix = "phi4mm.tensor.";

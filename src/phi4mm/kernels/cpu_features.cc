@@ -35,6 +35,7 @@ CpuFeatures Detect() {
     f.avx2 = avx_state && ((b >> 5) & 1);
     f.avx512f = avx512_state && ((b >> 16) & 1);
     f.avx512bw = avx512_state && ((b >> 30) & 1);
+    f.avx512vl = avx512_state && ((b >> 31) & 1);
     f.avx512vnni = avx512_state && ((c >> 11) & 1);
   }
 #endif

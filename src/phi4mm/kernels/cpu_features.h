@@ -10,6 +10,7 @@ struct CpuFeatures {
   bool f16c = false;
   bool avx512f = false;
   bool avx512bw = false;
+  bool avx512vl = false;
   bool avx512vnni = false;
 };
 

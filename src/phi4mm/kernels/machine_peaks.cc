@@ -1,5 +1,6 @@
-// MeasureMachinePeaks: the timing harness (warm-up, best of N, one chunk per pool thread) and the
-// scalar kernels used where AVX2 is missing.
+// MeasureMachinePeaks: the timing harness (warm-up, best of N, one chunk per pool thread), the
+// choice of int8 loop after the active kernel table, and the scalar kernels used where AVX2 is
+// missing.
 #include "phi4mm/kernels/machine_peaks.h"
 
 #include <algorithm>
@@ -9,7 +10,10 @@
 #include <memory>
 #include <vector>
 
+#include <string_view>
+
 #include "phi4mm/kernels/cpu_features.h"
+#include "phi4mm/kernels/quant_kernels.h"
 
 namespace phi4mm {
 
@@ -86,7 +90,8 @@ MachinePeaks MeasureMachinePeaks(ThreadPool* pool, const PeakOptions& opts) {
   MachinePeaks m;
   m.threads = pool ? pool->num_threads() : 1;
   const bool avx2 = HasAvx2();
-  m.isa = avx2 ? "avx2" : "scalar";
+  m.isa = ActiveKernels().name;
+  const bool vnni = std::string_view(m.isa) == "avx512";
   const int T = m.threads;
   const int trials = std::max(1, opts.trials);
   std::atomic<uint64_t> sink{0};
@@ -118,9 +123,12 @@ MachinePeaks MeasureMachinePeaks(ThreadPool* pool, const PeakOptions& opts) {
 
   const double int8_s = BestSeconds(pool, T, trials, [&](int64_t t) {
     const int32_t seed = static_cast<int32_t>(t + 1);
-    sink += static_cast<uint64_t>(avx2 ? pi::Int8LoopAvx2(iters, seed) : pi::Int8LoopScalar(iters, seed));
+    sink += static_cast<uint64_t>(vnni   ? pi::Int8LoopVnni(iters, seed)
+                                  : avx2 ? pi::Int8LoopAvx2(iters, seed)
+                                         : pi::Int8LoopScalar(iters, seed));
   });
-  m.int8_gmac_per_s = 256.0 * static_cast<double>(iters) * T / int8_s / 1e9;
+  const double macs_per_iter = vnni ? pi::kInt8LoopVnniMacs : 256.0;
+  m.int8_gmac_per_s = macs_per_iter * static_cast<double>(iters) * T / int8_s / 1e9;
   return m;
 }
 

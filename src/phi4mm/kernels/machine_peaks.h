@@ -1,8 +1,10 @@
 // Measured ceilings of the machine we run on, for benchmarks that report a figure next to what the
 // hardware allows: streaming read bandwidth over a buffer much larger than the caches, read by the
-// pool's threads together, the f32 FMA peak, and the int8 multiply-add peak (vpmaddubsw chains on
-// AVX2). Each figure is the best of several short trials after a warm-up, so it is a ceiling, not
-// an average. Takes a fraction of a second to a few seconds.
+// pool's threads together, the f32 FMA peak, and the int8 multiply-add peak measured with the
+// instruction the active Q4_K GEMM tile uses (ActiveKernels(): vpdpbusd on the AVX-512 table,
+// vpmaddubsw -> int16 add chains on AVX2), counted as u8 x s8 multiply-adds either way. Each figure
+// is the best of several short trials after a warm-up, so it is a ceiling, not an average. Takes a
+// fraction of a second to a few seconds.
 #pragma once
 
 #include <cstddef>
@@ -17,7 +19,7 @@ struct MachinePeaks {
   double read_gb_per_s = 0;    // 1e9 bytes per second, all threads together
   double f32_gflop_per_s = 0;  // FMA counted as 2 FLOP
   double int8_gmac_per_s = 0;  // u8 x s8 multiply-adds
-  const char* isa = "";        // "avx2" or "scalar"
+  const char* isa = "";        // the active kernel table: "avx512", "avx2" or "scalar"
 };
 
 struct PeakOptions {
@@ -38,9 +40,14 @@ uint64_t ReadSumAvx2(const uint8_t* p, size_t n);
 // `iters` iterations of 12 independent 8-wide FMA chains (192 FLOP each).
 float FmaLoopScalar(int64_t iters, float seed);
 float FmaLoopAvx2(int64_t iters, float seed);
-// `iters` iterations of 8 independent maddubs+madd+add chains (256 MAC each).
+// `iters` iterations of 8 independent chains of 32 MACs (256 MAC each): vpmaddubsw into an int16
+// vpaddw accumulator on AVX2, the instruction mix of the AVX2 Q4_K tile.
 int32_t Int8LoopScalar(int64_t iters, int32_t seed);
 int32_t Int8LoopAvx2(int64_t iters, int32_t seed);
+// `iters` iterations of 12 independent ymm vpdpbusd chains (384 MAC each), the AVX-512 Q4_K tile's
+// instruction (12 chains cover its latency at two per cycle).
+inline constexpr int kInt8LoopVnniMacs = 384;
+int32_t Int8LoopVnni(int64_t iters, int32_t seed);
 
 }  // namespace peaks_internal
 

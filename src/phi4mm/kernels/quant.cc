@@ -100,7 +100,7 @@ void QuantizeRowQ4K(const float* x, int64_t cols, BlockQ4K* out) {
       const float step = d * static_cast<float>(sc);
       for (int i = 0; i < kQ4KSub; ++i) {
         const float t = step > 0.0f ? std::nearbyint((v[j * kQ4KSub + i] + offset[j]) / step) : 0.0f;
-        q[j * kQ4KSub + i] = static_cast<uint8_t>(std::clamp(t, 0.0f, 15.0f));
+        q[Q4KPos(j, i)] = static_cast<uint8_t>(std::clamp(t, 0.0f, 15.0f));
       }
     }
     for (int c = 0; c < 4; ++c)
@@ -114,7 +114,7 @@ void DequantizeRowQ4K(const BlockQ4K* in, int64_t cols, float* out) {
     const BlockQ4K& o = in[b];
     const float d = F16ToF32(o.d), dmin = F16ToF32(o.dmin);
     for (int k = 0; k < kQ4KBlock && b * kQ4KBlock + k < cols; ++k) {
-      const int c = k / 64, i = k % 64, j = k / kQ4KSub;
+      const int j = k / kQ4KSub, p = Q4KPos(j, k % kQ4KSub), c = p / 64, i = p % 64;
       const int q = i < 32 ? (o.qs[c * 32 + i] & 15) : (o.qs[c * 32 + i - 32] >> 4);
       out[b * kQ4KBlock + k] = d * static_cast<float>(o.scales[j]) * static_cast<float>(q) -
                                dmin * static_cast<float>(o.mins[j]);
@@ -148,7 +148,7 @@ void QuantizeRowA8K(const float* x, int64_t cols, BlockA8K* out) {
       int sum = 0;
       for (int i = 0; i < kQ4KSub; ++i) {
         const int8_t q = static_cast<int8_t>(std::nearbyint(v[j * kQ4KSub + i] * id));
-        out[b].qs[j * kQ4KSub + i] = q;
+        out[b].qs[Q4KPos(j, i)] = q;
         sum += q;
       }
       out[b].bsums[j] = static_cast<int16_t>(sum);

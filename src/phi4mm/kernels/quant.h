@@ -5,9 +5,14 @@
 //   Q8_0  32 int8 + one f16 scale, 34 B per 32 (8.5 bits per weight). Symmetric, value = d * q.
 //   Q4_K  256 weights in 8 sub-blocks of 32: f16 d and dmin, 8-bit sub-scales and sub-mins, and
 //         unsigned nibbles, 148 B per 256 (4.625 bpw). value = d * sc[j] * q - dmin * mn[j].
+//         Inside a block the weights are interleaved by sub-block (Q4KPos): weight k of sub-block
+//         j sits at position (k/4)*32 + j*4 + k%4, so every 32 consecutive positions hold 4
+//         consecutive weights of each of the 8 sub-blocks, and 32-bit lane j of a 32-byte vector
+//         belongs to sub-block j (maddubs + madd, or vpdpbusd, leave one sub-block per int32 lane).
 // Activations are quantized on the fly to match: A8 (32 int8 + f32 scale) for Q8_0 weights and
-// A8K (256 int8 + f32 scale + 8 sub-block sums) for Q4_K weights, so the unsigned Q4_K nibbles
-// feed `maddubs` directly and the min term is applied once per sub-block from the sums.
+// A8K (256 int8 + f32 scale + 8 sub-block sums) for Q4_K weights, with qs in the same interleaved
+// order, so the unsigned Q4_K nibbles feed `maddubs` / `vpdpbusd` directly and the min term is
+// applied once per sub-block from the sums.
 // Quantization is round-to-nearest and deterministic. Scales are rounded up (never down) so the
 // error of every weight is at most half its effective step (d * q step), which the tests check.
 #pragma once
@@ -21,6 +26,9 @@ inline constexpr int kQ8Block = 32;
 inline constexpr int kQ4KBlock = 256;
 inline constexpr int kQ4KSub = 32;
 
+// Position inside a Q4_K / A8K block of weight k (0..31) of sub-block j (0..7).
+constexpr int Q4KPos(int j, int k) { return (k / 4) * 32 + j * 4 + k % 4; }
+
 struct BlockQ8_0 {
   uint16_t d;     // f16 scale
   int8_t qs[32];  // -127..127
@@ -32,7 +40,8 @@ struct BlockQ4K {
   uint16_t dmin;       // f16 scale of the sub-mins
   uint8_t scales[8];   // sub-block j step = d * scales[j]
   uint8_t mins[8];     // sub-block j offset = dmin * mins[j] (subtracted)
-  uint8_t qs[128];     // 64-weight chunk c: byte c*32+i holds weight c*64+i (low) and c*64+32+i (high)
+  uint8_t qs[128];     // 64-position chunk c: byte c*32+i holds position c*64+i (low nibble) and
+                       // c*64+32+i (high nibble); positions are Q4KPos(sub-block, weight)
 };
 static_assert(sizeof(BlockQ4K) == 148, "BlockQ4K must be 148 bytes");
 
@@ -45,7 +54,7 @@ static_assert(sizeof(BlockA8) == 36, "BlockA8 must be 36 bytes");
 struct BlockA8K {
   float d;
   int16_t bsums[8];  // sum of qs over each 32-element sub-block
-  int8_t qs[256];
+  int8_t qs[256];    // element k of sub-block j at Q4KPos(j, k), as in BlockQ4K
 };
 static_assert(sizeof(BlockA8K) == 276, "BlockA8K must be 276 bytes");
 

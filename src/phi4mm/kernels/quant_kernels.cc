@@ -1,6 +1,7 @@
 // The scalar reference kernel table, and the one dispatch point that picks the table for this
-// CPU. The scalar tile kernels define the arithmetic the SIMD tables must reproduce: exact integer
-// sums per block, then float scaling in block order.
+// CPU (AVX-512 VNNI > AVX2 > scalar). The scalar tile kernels define the arithmetic the SIMD tables
+// must reproduce: exact integer sums per block (Q4_K: per sub-block), then float scaling in block
+// order.
 #include "phi4mm/kernels/quant_kernels.h"
 
 #include "phi4mm/base/half.h"
@@ -58,6 +59,8 @@ void Q8Tile(const TileArgs& t) {
   }
 }
 
+// Q4_K x A8K: exact integer sums per sub-block, then per block
+// s += da * sum_j (sub_j * (d * sc[j]) - (dmin * mn[j]) * bsum[j]), the sub-block terms in order.
 void Q4KTile(const TileArgs& t) {
   const int64_t nb = CeilDiv(t.cols, kQ4KBlock);
   for (int r = 0; r < t.nr; ++r) {
@@ -66,20 +69,20 @@ void Q4KTile(const TileArgs& t) {
       const BlockA8K* a = reinterpret_cast<const BlockA8K*>(t.a + i * t.a_stride);
       float s = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
-        int32_t isum = 0, msum = 0;
+        const float d = F16ToF32(w[b].d), dmin = F16ToF32(w[b].dmin);
+        float sb = 0.0f;
         for (int j = 0; j < 8; ++j) {
           int32_t sub = 0;
           for (int k = 0; k < kQ4KSub; ++k) {
-            const int c = j / 2, idx = (j % 2) * 32 + k;
-            const uint8_t byte = w[b].qs[c * 32 + k];
-            const int q = idx < 32 ? (byte & 15) : (byte >> 4);
-            sub += q * a[b].qs[j * kQ4KSub + k];
+            const int p = Q4KPos(j, k);
+            const uint8_t byte = w[b].qs[(p / 64) * 32 + p % 32];
+            const int q = p % 64 < 32 ? (byte & 15) : (byte >> 4);
+            sub += q * a[b].qs[p];
           }
-          isum += sub * w[b].scales[j];
-          msum += static_cast<int32_t>(w[b].mins[j]) * a[b].bsums[j];
+          sb += static_cast<float>(sub) * (d * static_cast<float>(w[b].scales[j])) -
+                (dmin * static_cast<float>(w[b].mins[j])) * static_cast<float>(a[b].bsums[j]);
         }
-        s += F16ToF32(w[b].d) * a[b].d * static_cast<float>(isum) -
-             F16ToF32(w[b].dmin) * a[b].d * static_cast<float>(msum);
+        s += sb * a[b].d;
       }
       Store(t, r, i, s);
     }
@@ -108,6 +111,11 @@ bool HasAvx2() {
   return f.avx2 && f.fma && f.f16c;
 }
 
+bool HasAvx512() {
+  const CpuFeatures& f = GetCpuFeatures();
+  return HasAvx2() && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+}
+
 }  // namespace
 
 const char* WeightFormatName(WeightFormat f) {
@@ -129,11 +137,14 @@ const MatMulKernels& ScalarKernels() {
 std::vector<const MatMulKernels*> AvailableKernels() {
   std::vector<const MatMulKernels*> v = {&ScalarKernels()};
   if (HasAvx2()) v.push_back(&Avx2Kernels());
+  if (HasAvx512()) v.push_back(&Avx512Kernels());
   return v;
 }
 
 const MatMulKernels& ActiveKernels() {
-  static const MatMulKernels* const active = HasAvx2() ? &Avx2Kernels() : &ScalarKernels();
+  static const MatMulKernels* const active = HasAvx512() ? &Avx512Kernels()
+                                             : HasAvx2() ? &Avx2Kernels()
+                                                         : &ScalarKernels();
   return *active;
 }
 

@@ -1,5 +1,5 @@
 // The matmul kernel family behind WeightMatrix: one table of function pointers per instruction
-// set (scalar reference, AVX2+FMA+F16C; AVX-512/VNNI and NEON tables slot in the same way), and
+// set (scalar reference, AVX2+FMA+F16C, AVX-512 VNNI; a NEON table slots in the same way), and
 // the single runtime dispatch point that picks one table for the process (ActiveKernels).
 //
 // A tile kernel computes y[i * ldy + r] (+)= dot(W row r, activation row i) for r < nr and
@@ -59,6 +59,9 @@ struct MatMulKernels {
 const MatMulKernels& ScalarKernels();
 // The AVX2+FMA+F16C table; only call its kernels when the CPU has those features.
 const MatMulKernels& Avx2Kernels();
+// The AVX-512 F/BW/VL/VNNI table (AVX2 entries, a vpdpbusd Q4_K tile); only call it when the CPU
+// has those features and AVX2+FMA+F16C.
+const MatMulKernels& Avx512Kernels();
 // Every table this CPU can run, scalar first (for tests and benchmarks).
 std::vector<const MatMulKernels*> AvailableKernels();
 // The table used by WeightMatrix::MatMul: the best one for this CPU, chosen once.
