@@ -8,6 +8,7 @@
 // before it is timed. A compact table by default, --json for machines.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -187,11 +188,18 @@ int BenchCommand(const BenchFlags& f) {
                   {"gflop_per_token", prefill_flop / 1e9},
                   {"ceiling_tok_per_s", prefill_ceil},
                   {"ratio", prefill_tps / prefill_ceil}};
-  const Timed d = DecodeSteps(s, rng, N, LoraMode::kNone);
-  if (!d.status.ok()) return ReportError(d.status);
+  // Decode at that context: the best of kRounds runs of N steps (like the ceilings, which are best
+  // of several trials, so a moment of interference on this VM does not count against the kernels).
+  constexpr int kRounds = 3;
+  double decode_tps = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    const Timed d = DecodeSteps(s, rng, N, LoraMode::kNone);
+    if (!d.status.ok()) return ReportError(d.status);
+    decode_tps = std::max(decode_tps, N / d.seconds);
+  }
   const double kv_tok = static_cast<double>(dec.kv_bytes_per_token());
-  const double decode_bytes = DecodeWeightBytes(dec, LoraMode::kNone) + kv_tok * (P + N / 2.0);
-  const double decode_tps = N / d.seconds, decode_ceil = peaks.read_gb_per_s * 1e9 / decode_bytes;
+  const double decode_bytes = DecodeWeightBytes(dec, LoraMode::kNone) + kv_tok * (P + kRounds * N / 2.0);
+  const double decode_ceil = peaks.read_gb_per_s * 1e9 / decode_bytes;
   j["decode"] = {{"tokens", N},
                  {"context", P},
                  {"tok_per_s", decode_tps},
@@ -205,7 +213,6 @@ int BenchCommand(const BenchFlags& f) {
   // ratios to text-only.
   j["lora"] = nlohmann::json::array();
   const int64_t short_p = std::min<int64_t>(16, P);
-  constexpr int kRounds = 3;
   std::vector<std::unique_ptr<Session>> sessions;
   for (LoraMode m : modes) {
     sessions.push_back(std::make_unique<Session>(model));

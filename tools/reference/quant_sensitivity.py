@@ -151,7 +151,7 @@ def quantize_weight(w, fmt):
 
 # Variants: weights of decoder linears ("lin": fmt or {kind: fmt}), embedding/lm_head ("emb"), activations of
 # decoder linears ("act": A8 block 32 or A8K block 256), lm_head input ("head": A8), LoRA A/B ("lora": Q8_0 + A8),
-# "dither": seed of 1e-6*amax Gaussian noise added before activation rounding (engine-vs-HF float noise).
+# "lora": "weights" for Q8_0 LoRA weights with float inputs; "dither": seed of 1e-6*amax Gaussian noise added before activation rounding (engine-vs-HF float noise).
 Q8 = dict(lin="q8", emb="q8", act=32, head=True)
 KM = {"qkv_proj": "i4v6", "o_proj": "i4", "gate_up_proj": "i4", "down_proj": "i6"}
 VARIANTS = [
@@ -164,6 +164,8 @@ VARIANTS = [
     ("4  only emb/head Q8_0", dict(emb="q8", free=True)),
     ("4  only acts A8 (+head)", dict(act=32, head=True, free=True)),
     ("4  only acts A8 (lin)", dict(act=32, free=True)),
+    ("1b q8 + Q8_0 LoRA (A8)", dict(Q8, lora=True, free=True)),
+    ("1c q8 + Q8_0 LoRA, f32 in", dict(Q8, lora="weights", free=True)),
     ("5  q4 engine", dict(lin="q4k", emb="q8", act=256, head=True, lora=True)),
     ("5' Q4_K linears only", dict(lin="q4k")),
     ("6  ideal 4-bit /32", dict(lin="i4")),
@@ -226,7 +228,7 @@ class Harness:
         if v.get("lora"):  # Q8_0 weights, A8 inputs (Q8_0 MatMul), as under the engine's q4
             for p in self.lora:
                 p.copy_(q8_0(p))
-            for _, mod in self.linears:
+            for _, mod in (self.linears if v["lora"] is True else []):
                 for a in ("vision", "speech"):
                     hooks += [mod.lora_A[a].register_forward_pre_hook(hook(32)),
                               mod.lora_B[a].register_forward_pre_hook(hook(32))]
