@@ -71,9 +71,9 @@ template <class L>
 struct FloatImpl {
   // R*N accumulators + R widened weight vectors + one activation vector. GEMV (N == 1) prefetches
   // the next tile like the block formats: the LoRA B factors' rows are only 512-640 bytes long.
-  // 3x4 (16 ymm) measured
-  // fastest at the vision and decoder shapes: the four activation rows (4 x cols floats) do not
-  // stay in L1, so loads per FMA matter more than the accumulator spill of the widest tile.
+  // 3x4 (16 ymm) measured fastest at the vision and decoder shapes: the four activation rows
+  // (4 x cols floats) do not stay in L1, so loads per FMA matter more than the accumulator spill of
+  // the widest tile.
   template <int R, int N>
   static void Run(const TileArgs& t) {
     __m256 acc[R][N];
