@@ -5,7 +5,6 @@
 // 8-bit row format (round trip within half a step, zero rows, size).
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -13,19 +12,12 @@
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/attention.h"
 #include "phi4mm/kernels/cpu_features.h"
+#include "test_util.h"
 
 namespace phi4mm {
 namespace {
 
 namespace ai = attention_internal;
-
-std::vector<float> Rand(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 // A cache of T rows of [nkv, hd] in `dt`, and the float values it stands for.
 struct Cache {
@@ -97,8 +89,8 @@ TEST(AttentionFlash, MatchesNaiveReferenceOnOddShapes) {
   for (const Shape& c : shapes) {
     const AttentionShape sh{c.heads, c.kv_heads, c.hd, 1.0f / std::sqrt(static_cast<float>(c.hd))};
     const int64_t T = c.past + c.S;
-    const auto q = Rand(c.S * c.heads * c.hd, 1, 1.5f);
-    const auto kx = Rand(T * c.kv_heads * c.hd, 2, 1.5f), vx = Rand(T * c.kv_heads * c.hd, 3);
+    const auto q = test::Gaussian(c.S * c.heads * c.hd, 1, 1.5f);
+    const auto kx = test::Gaussian(T * c.kv_heads * c.hd, 2, 1.5f), vx = test::Gaussian(T * c.kv_heads * c.hd, 3);
     for (KvDType dt : {KvDType::kF32, KvDType::kF16, KvDType::kQ8}) {
       const Cache k(dt, kx, T, c.kv_heads, c.hd), v(dt, vx, T, c.kv_heads, c.hd);
       const std::vector<double> want = Naive(q, k.values, v.values, c.past, c.S, sh);
@@ -126,7 +118,7 @@ TEST(AttentionFlash, Avx2TileKernelsMatchScalar) {
   for (int64_t hdp : {8, 16, 24, 40, 128})
     for (int64_t n : {1, 2, 3, 4, 7, 8, 9, 31, 64})
       for (int64_t rows : {4, 8, 12}) {
-        const auto q = Rand(rows * hdp, 7), k = Rand(n * hdp, 8), v = Rand(n * hdp, 9);
+        const auto q = test::Gaussian(rows * hdp, 7), k = test::Gaussian(n * hdp, 8), v = test::Gaussian(n * hdp, 9);
         std::vector<float> s1(rows * lds, 0.0f), s2(rows * lds, 0.0f);
         s.tile_qk(q.data(), rows, k.data(), n, hdp, s1.data(), lds);
         a.tile_qk(q.data(), rows, k.data(), n, hdp, s2.data(), lds);
@@ -136,7 +128,7 @@ TEST(AttentionFlash, Avx2TileKernelsMatchScalar) {
         s2 = s1;
         for (int64_t t = 0; t < n; ++t) s1[1 * lds + t] = s2[1 * lds + t] = -INFINITY;
         s1[2 * lds + n - 1] = s2[2 * lds + n - 1] = -INFINITY;
-        std::vector<float> m1(rows), l1(rows), o1 = Rand(rows * hdp, 10);
+        std::vector<float> m1(rows), l1(rows), o1 = test::Gaussian(rows * hdp, 10);
         for (int64_t r = 0; r < rows; ++r) {
           m1[r] = r % 2 ? 0.5f : -INFINITY;
           l1[r] = r % 2 ? 2.0f : 0.0f;
@@ -157,7 +149,7 @@ TEST(AttentionFlash, Avx2TileKernelsMatchScalar) {
   // Widening: every element type, head dims with tails, padding columns zeroed.
   for (int64_t hd : {5, 8, 13, 72}) {
     const int64_t nkv = 3, n = 5, hdp = (hd + 7) / 8 * 8;
-    const auto x = Rand(n * nkv * hd, 11);
+    const auto x = test::Gaussian(n * nkv * hd, 11);
     for (KvDType dt : {KvDType::kF32, KvDType::kF16, KvDType::kQ8}) {
       const Cache c(dt, x, n, nkv, hd);
       const int64_t rb = static_cast<int64_t>(KvRowBytes(dt, nkv, hd));
@@ -189,7 +181,7 @@ TEST(AttentionQ8, RowFormatRoundTripsWithinHalfAStep) {
   EXPECT_EQ(KvRowBytes(KvDType::kQ8, nkv, hd), static_cast<size_t>(nkv * hd + 4 * nkv));
   EXPECT_EQ(KvRowBytes(KvDType::kF16, nkv, hd), static_cast<size_t>(2 * nkv * hd));
   EXPECT_EQ(KvRowBytes(KvDType::kF32, nkv, hd), static_cast<size_t>(4 * nkv * hd));
-  std::vector<float> x = Rand(nkv * hd, 12, 3.0f);
+  std::vector<float> x = test::Gaussian(nkv * hd, 12, 3.0f);
   std::fill(x.begin() + hd, x.begin() + 2 * hd, 0.0f);  // an all-zero head row
   const Cache c(KvDType::kQ8, x, 1, nkv, hd);
   for (int64_t h = 0; h < nkv; ++h) {

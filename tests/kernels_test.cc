@@ -6,23 +6,15 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <random>
 
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/attention.h"
 #include "phi4mm/kernels/ops.h"
 #include "phi4mm/kernels/weight_matrix.h"
+#include "test_util.h"
 
 namespace phi4mm {
 namespace {
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 TEST(ThreadPool, CoversTheRangeExactlyOnce) {
   ThreadPool pool(3);
@@ -41,8 +33,8 @@ TEST_P(WeightMatrixTest, MatMulMatchesReference) {
   const DType dt = GetParam();
   ThreadPool pool(2);
   for (auto [rows, cols, n] : {std::tuple{1, 1, 1}, {7, 13, 3}, {33, 70, 5}, {130, 9, 1}, {5, 257, 17}}) {
-    const std::vector<float> w32 = Random(static_cast<size_t>(rows * cols), rows * 131 + cols);
-    const std::vector<float> x = Random(static_cast<size_t>(n * cols), 7 + n);
+    const std::vector<float> w32 = test::Gaussian(static_cast<size_t>(rows * cols), rows * 131 + cols);
+    const std::vector<float> x = test::Gaussian(static_cast<size_t>(n * cols), 7 + n);
     // Store in the format (+1 element offset to make the data unaligned), and the exact values it holds.
     std::vector<uint8_t> store(static_cast<size_t>(rows * cols) * 4 + 8);
     std::vector<float> exact(w32.size());
@@ -91,7 +83,7 @@ TEST(WeightMatrix, RejectsUnsupportedDtypes) {
 
 TEST(Ops, RmsNormSiluRotary) {
   const int64_t n = 3, d = 11;
-  const std::vector<float> x = Random(n * d, 1), w = Random(d, 2);
+  const std::vector<float> x = test::Gaussian(n * d, 1), w = test::Gaussian(d, 2);
   std::vector<float> y(n * d);
   RmsNorm(x.data(), w.data(), n, d, 1e-5f, y.data());
   for (int64_t i = 0; i < n; ++i) {
@@ -100,7 +92,7 @@ TEST(Ops, RmsNormSiluRotary) {
     const double inv = 1 / std::sqrt(ss / d + 1e-5);
     for (int64_t j = 0; j < d; ++j) EXPECT_NEAR(y[i * d + j], w[j] * x[i * d + j] * inv, 1e-5);
   }
-  const std::vector<float> gu = Random(n * 2 * d, 3);
+  const std::vector<float> gu = test::Gaussian(n * 2 * d, 3);
   std::vector<float> act(n * d);
   SiluGateUp(gu.data(), n, d, act.data());
   for (int64_t i = 0; i < n; ++i)
@@ -109,7 +101,7 @@ TEST(Ops, RmsNormSiluRotary) {
       EXPECT_NEAR(act[i * d + j], u * g / (1 + std::exp(-g)), 1e-5);
     }
   // Rotary on 2 heads of 8 with 6 rotary dims: dims 6 and 7 pass through.
-  std::vector<float> v = Random(16, 4), v0 = v;
+  std::vector<float> v = test::Gaussian(16, 4), v0 = v;
   const float cos[6] = {0.1f, 0.2f, 0.3f, 0.1f, 0.2f, 0.3f}, sin[6] = {0.9f, 0.8f, 0.7f, 0.9f, 0.8f, 0.7f};
   ApplyRotary(v.data(), 2, 8, 6, cos, sin);
   for (int h = 0; h < 2; ++h) {
@@ -129,7 +121,7 @@ TEST(Attention, CausalGqaMatchesReference) {
   const AttentionShape sh{6, 2, 5, 0.37f};
   for (auto [past, S] : {std::pair{0, 1}, {0, 7}, {4, 3}, {9, 1}}) {
     const int64_t T = past + S;
-    const std::vector<float> q = Random(S * 6 * 5, 11), k = Random(T * 2 * 5, 12), v = Random(T * 2 * 5, 13);
+    const std::vector<float> q = test::Gaussian(S * 6 * 5, 11), k = test::Gaussian(T * 2 * 5, 12), v = test::Gaussian(T * 2 * 5, 13);
     std::vector<float> out(S * 6 * 5);
     CausalAttention(q.data(), k.data(), v.data(), past, S, sh, out.data(), &pool);
     for (int64_t s = 0; s < S; ++s)

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -56,6 +57,14 @@ void MemoryTap::Tap(const std::string& name, const float* data, const std::vecto
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   tensors[name] = Captured{std::vector<float>(data, data + n), shape};
+}
+
+std::vector<float> Gaussian(size_t n, uint32_t seed, float sigma) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
 }
 
 double MaxAbs(const std::vector<float>& v) {

@@ -34,6 +34,9 @@ class MemoryTap : public TensorTap {
   std::map<std::string, Captured> tensors;
 };
 
+// n values drawn from N(0, sigma^2) by std::mt19937(seed): deterministic inputs for kernel tests.
+std::vector<float> Gaussian(size_t n, uint32_t seed, float sigma = 1.0f);
+
 double MaxAbs(const std::vector<float>& v);
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
 

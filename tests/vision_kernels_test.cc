@@ -12,19 +12,12 @@
 #include "phi4mm/kernels/cpu_features.h"
 #include "phi4mm/kernels/ops.h"
 #include "phi4mm/kernels/vision_ops.h"
+#include "test_util.h"
 
 namespace phi4mm {
 namespace {
 
 bool HaveAvx2() { return GetCpuFeatures().avx2 && GetCpuFeatures().fma; }
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 struct AttentionCase {
   int64_t batch, seq, heads, head_dim;
@@ -40,7 +33,7 @@ TEST_P(VisionKernelsAttention, Avx2MatchesReference) {
                               static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)))};
   const size_t n = static_cast<size_t>(c.batch * c.seq * c.heads * c.head_dim);
   // Scale 2 gives scores of a few units: peaked softmax rows, so a wrong max or mask shows.
-  const std::vector<float> q = Random(n, 1, 2.0f), k = Random(n, 2, 2.0f), v = Random(n, 3, 1.0f);
+  const std::vector<float> q = test::Gaussian(n, 1, 2.0f), k = test::Gaussian(n, 2, 2.0f), v = test::Gaussian(n, 3, 1.0f);
   std::vector<uint8_t> valid(static_cast<size_t>(c.batch * c.seq), 1);
   std::mt19937 rng(4);
   for (int64_t b = 0; b < c.batch; ++b)
@@ -89,8 +82,8 @@ TEST(VisionKernels, GeluTanhAvx2MatchesScalar) {
 
 TEST(VisionKernels, BiasGeluResidualRowsMatchScalar) {
   const int64_t n = 37, dim = 21;
-  const std::vector<float> y0 = Random(static_cast<size_t>(n * dim), 5, 3.0f), bias = Random(dim, 6, 1.0f),
-                           h0 = Random(static_cast<size_t>(n * dim), 7, 1.0f);
+  const std::vector<float> y0 = test::Gaussian(static_cast<size_t>(n * dim), 5, 3.0f), bias = test::Gaussian(dim, 6, 1.0f),
+                           h0 = test::Gaussian(static_cast<size_t>(n * dim), 7, 1.0f);
   ThreadPool pool(2);
   std::vector<float> want = y0, got = y0;
   AddBiasRows(want.data(), bias.data(), n, dim);
