@@ -193,13 +193,10 @@ int BenchCommand(const BenchFlags& f) {
   // The read bandwidth is measured again before every round and the ceiling is the best of all
   // measurements: this VM's bandwidth drifts by up to 20% over a run, and a ceiling read only at
   // the start could sit below what a later round had.
-  PeakOptions bw_only;
-  bw_only.trials = 3;
-  bw_only.compute_iterations = 1;
+  PeakOptions bw_opts;
+  bw_opts.trials = 3;
   double read_gbps = peaks.read_gb_per_s;
-  auto refresh_read_ceiling = [&] {
-    read_gbps = std::max(read_gbps, MeasureMachinePeaks(model->pool(), bw_only).read_gb_per_s);
-  };
+  auto refresh_read_ceiling = [&] { read_gbps = std::max(read_gbps, MeasureReadBandwidth(model->pool(), bw_opts)); };
   constexpr int kRounds = 3;
   double decode_tps = 0;
   for (int round = 0; round < kRounds; ++round) {

@@ -85,19 +85,14 @@ double BestSeconds(ThreadPool* pool, int threads, int trials, Fn fn) {
 
 }  // namespace
 
-MachinePeaks MeasureMachinePeaks(ThreadPool* pool, const PeakOptions& opts) {
+double MeasureReadBandwidth(ThreadPool* pool, const PeakOptions& opts) {
   namespace pi = peaks_internal;
-  MachinePeaks m;
-  m.threads = pool ? pool->num_threads() : 1;
   const bool avx2 = HasAvx2();
-  m.isa = ActiveKernels().name;
-  const bool vnni = std::string_view(m.isa) == "avx512";
-  const int T = m.threads;
+  const int T = pool ? pool->num_threads() : 1;
   const int trials = std::max(1, opts.trials);
   std::atomic<uint64_t> sink{0};
-
-  // Read bandwidth: each thread streams its own contiguous slice (written by that thread first, so
-  // its pages are resident and local).
+  // Each thread streams its own contiguous slice (written by that thread first, so its pages are
+  // resident and local).
   const size_t slice = std::max<size_t>(opts.read_bytes / T / 128 * 128, 128);
   std::unique_ptr<uint8_t[]> buf(new uint8_t[slice * T]);
   if (pool) {
@@ -111,8 +106,21 @@ MachinePeaks MeasureMachinePeaks(ThreadPool* pool, const PeakOptions& opts) {
     const uint8_t* p = buf.get() + t * slice;
     sink += avx2 ? pi::ReadSumAvx2(p, slice) : pi::ReadSumScalar(p, slice);
   });
-  m.read_gb_per_s = static_cast<double>(slice) * T / read_s / 1e9;
-  buf.reset();
+  return static_cast<double>(slice) * T / read_s / 1e9;
+}
+
+MachinePeaks MeasureMachinePeaks(ThreadPool* pool, const PeakOptions& opts) {
+  namespace pi = peaks_internal;
+  MachinePeaks m;
+  m.threads = pool ? pool->num_threads() : 1;
+  const bool avx2 = HasAvx2();
+  m.isa = ActiveKernels().name;
+  const bool vnni = std::string_view(m.isa) == "avx512";
+  const int T = m.threads;
+  const int trials = std::max(1, opts.trials);
+  std::atomic<uint64_t> sink{0};
+
+  m.read_gb_per_s = MeasureReadBandwidth(pool, opts);
 
   const int64_t iters = std::max<int64_t>(1, opts.compute_iterations);
   const double fma_s = BestSeconds(pool, T, trials, [&](int64_t t) {

@@ -30,6 +30,9 @@ struct PeakOptions {
 
 // Runs on every thread of `pool` (or the calling thread when null).
 MachinePeaks MeasureMachinePeaks(ThreadPool* pool, const PeakOptions& opts = {});
+// Only the read bandwidth of MeasureMachinePeaks (opts.read_bytes, opts.trials), in 1e9 B/s: for
+// re-measuring it during a long benchmark, as this VM's bandwidth drifts.
+double MeasureReadBandwidth(ThreadPool* pool, const PeakOptions& opts = {});
 
 namespace peaks_internal {
 
