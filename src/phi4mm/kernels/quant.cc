@@ -114,8 +114,7 @@ void DequantizeRowQ4K(const BlockQ4K* in, int64_t cols, float* out) {
     const BlockQ4K& o = in[b];
     const float d = F16ToF32(o.d), dmin = F16ToF32(o.dmin);
     for (int k = 0; k < kQ4KBlock && b * kQ4KBlock + k < cols; ++k) {
-      const int j = k / kQ4KSub, p = Q4KPos(j, k % kQ4KSub), c = p / 64, i = p % 64;
-      const int q = i < 32 ? (o.qs[c * 32 + i] & 15) : (o.qs[c * 32 + i - 32] >> 4);
+      const int j = k / kQ4KSub, q = Q4KNibble(o, Q4KPos(j, k % kQ4KSub));
       out[b * kQ4KBlock + k] = d * static_cast<float>(o.scales[j]) * static_cast<float>(q) -
                                dmin * static_cast<float>(o.mins[j]);
     }

@@ -45,6 +45,12 @@ struct BlockQ4K {
 };
 static_assert(sizeof(BlockQ4K) == 148, "BlockQ4K must be 148 bytes");
 
+// The 4-bit value stored at position p (0..255) of a Q4_K block.
+inline int Q4KNibble(const BlockQ4K& b, int p) {
+  const uint8_t byte = b.qs[(p / 64) * 32 + p % 32];
+  return p % 64 < 32 ? (byte & 15) : (byte >> 4);
+}
+
 struct BlockA8 {
   float d;
   int8_t qs[32];

@@ -75,9 +75,7 @@ void Q4KTile(const TileArgs& t) {
           int32_t sub = 0;
           for (int k = 0; k < kQ4KSub; ++k) {
             const int p = Q4KPos(j, k);
-            const uint8_t byte = w[b].qs[(p / 64) * 32 + p % 32];
-            const int q = p % 64 < 32 ? (byte & 15) : (byte >> 4);
-            sub += q * a[b].qs[p];
+            sub += Q4KNibble(w[b], p) * a[b].qs[p];
           }
           sb += static_cast<float>(sub) * (d * static_cast<float>(w[b].scales[j])) -
                 (dmin * static_cast<float>(w[b].mins[j])) * static_cast<float>(a[b].bsums[j]);
