@@ -13,6 +13,8 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kOutOfRange: return "out of range";
     case StatusCode::kInternal: return "internal error";
     case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kResourceExhausted: return "resource exhausted";
+    case StatusCode::kDeadlineExceeded: return "deadline exceeded";
   }
   return "unknown";
 }

@@ -18,6 +18,8 @@ enum class StatusCode {
   kOutOfRange,       // e.g. prompt longer than the context
   kInternal,         // a bug: an invariant did not hold
   kCancelled,        // the caller stopped generation
+  kResourceExhausted,  // a queue or memory budget is full now; retrying later may succeed (HTTP 429)
+  kDeadlineExceeded,   // the request's deadline passed before it finished
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -48,6 +50,8 @@ inline Status Unsupported(std::string m) { return {StatusCode::kUnsupported, std
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
 
 // A value or the Status explaining why there is none.
 template <typename T>

@@ -3,6 +3,7 @@
 // appended).
 #include "phi4mm/models/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -39,8 +40,44 @@ size_t KvCache::bytes() const {
   return b;
 }
 
-void KvCache::EnsureCapacity(int64_t positions) {
-  if (positions <= capacity_) return;
+void KvCache::Reserve(int64_t positions) {
+  capacity_ = 0;
+  fixed_ = false;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    k_[l] = {};
+    v_[l] = {};
+  }
+  length_ = 0;
+  long_rope_ = false;
+  const size_t n = static_cast<size_t>(std::max<int64_t>(0, positions)) * row_bytes();
+  for (size_t l = 0; l < k_.size(); ++l) {
+    k_[l].resize(n);
+    v_[l].resize(n);
+  }
+  capacity_ = std::max<int64_t>(0, positions);
+  fixed_ = true;
+}
+
+Status KvCache::CopyPrefixFrom(const KvCache& src, int64_t n) {
+  if (src.k_.size() != k_.size() || src.kv_heads_ != kv_heads_ || src.head_dim_ != head_dim_ || src.dtype_ != dtype_)
+    return InvalidArgument("KV caches of different shapes or element types");
+  if (n < 0 || n > src.length_) return InvalidArgument("prefix longer than the source cache");
+  PHI4MM_RETURN_IF_ERROR(EnsureCapacity(n));
+  const size_t bytes = static_cast<size_t>(n) * row_bytes();
+  for (size_t l = 0; l < k_.size(); ++l) {
+    std::memcpy(k_[l].data(), src.k_[l].data(), bytes);
+    std::memcpy(v_[l].data(), src.v_[l].data(), bytes);
+  }
+  length_ = n;
+  long_rope_ = n > 0 && src.long_rope_;
+  return Status::Ok();
+}
+
+Status KvCache::EnsureCapacity(int64_t positions) {
+  if (positions <= capacity_) return Status::Ok();
+  if (fixed_)
+    return Internal("the KV cache reservation of " + std::to_string(capacity_) + " positions cannot hold " +
+                    std::to_string(positions));
   int64_t cap = std::max<int64_t>(positions, std::max<int64_t>(64, capacity_ * 2));
   const size_t n = static_cast<size_t>(cap) * row_bytes();
   for (size_t l = 0; l < k_.size(); ++l) {
@@ -48,6 +85,7 @@ void KvCache::EnsureCapacity(int64_t positions) {
     v_[l].resize(n);
   }
   capacity_ = cap;
+  return Status::Ok();
 }
 
 Result<std::shared_ptr<const Decoder>> Decoder::Load(const Checkpoint& ckpt, const ModelConfig& mc,
@@ -102,64 +140,133 @@ size_t Decoder::weight_bytes(bool include_lora) const {
 Status Decoder::Forward(const float* embeds, int64_t S, LoraMode mode, bool long_rope, KvCache* cache,
                         ThreadPool* pool, TensorTap* tap, const std::string& tap_prefix,
                         float* last_hidden) const {
+  DecoderScratch scratch;
+  const SeqChunk chunk{embeds, S, cache, mode, long_rope, last_hidden};
+  return Step(std::span(&chunk, 1), pool, &scratch, tap, tap_prefix);
+}
+
+namespace {
+template <typename T>
+T* Sized(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+}  // namespace
+
+Status Decoder::Step(std::span<const SeqChunk> chunks, ThreadPool* pool, DecoderScratch* sc, TensorTap* tap,
+                     const std::string& tap_prefix) const {
   const TextConfig& c = cfg_;
   const int64_t H = c.hidden_size, nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
-  const int64_t past = cache->length_;
-  if (S <= 0) return InvalidArgument("decoder forward needs at least one position");
-  if (past > 0 && cache->long_rope_ != long_rope)
-    return Internal("the KV cache was built with the other rotary table; re-prefill before continuing");
-  cache->EnsureCapacity(past + S);
-  cache->long_rope_ = long_rope;
+  const int64_t rd = rope_.rotary_dim(), qkv_w = (nh + 2 * nkv) * hd, I = c.intermediate_size;
+  if (chunks.empty()) return InvalidArgument("decoder step needs at least one chunk");
+  if (chunks.size() > 1) tap = nullptr;
+  // Validate everything before touching any cache, so a refused step changes nothing.
+  int64_t R = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SeqChunk& ch = chunks[i];
+    if (ch.n <= 0 || ch.embeds == nullptr || ch.cache == nullptr)
+      return InvalidArgument("decoder step: every chunk needs embeddings for at least one position and a KV cache");
+    if (ch.cache->length_ > 0 && ch.cache->long_rope_ != ch.long_rope)
+      return Internal("the KV cache was built with the other rotary table; re-prefill before continuing");
+    if (ch.cache->fixed_ && ch.cache->length_ + ch.n > ch.cache->capacity_)
+      return Internal("the KV cache reservation of " + std::to_string(ch.cache->capacity_) + " positions cannot hold " +
+                      std::to_string(ch.cache->length_ + ch.n));
+    for (size_t j = 0; j < i; ++j)
+      if (chunks[j].cache == ch.cache) return InvalidArgument("decoder step: two chunks share one KV cache");
+    R += ch.n;
+  }
+  // Rows ordered by LoRA mode (stable), so every mode's rows form one segment.
+  std::vector<size_t>& order = sc->order;
+  order.resize(chunks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return chunks[a].mode < chunks[b].mode; });
+  std::vector<int64_t> row0(chunks.size()), past(chunks.size());
+  sc->segments.clear();
+  int64_t r = 0;
+  for (size_t oi : order) {
+    const SeqChunk& ch = chunks[oi];
+    PHI4MM_RETURN_IF_ERROR(ch.cache->EnsureCapacity(ch.cache->length_ + ch.n));
+    ch.cache->long_rope_ = ch.long_rope;
+    row0[oi] = r;
+    past[oi] = ch.cache->length_;
+    if (!sc->segments.empty() && sc->segments.back().mode == ch.mode) sc->segments.back().end = r + ch.n;
+    else sc->segments.push_back({r, r + ch.n, ch.mode});
+    r += ch.n;
+  }
 
-  std::vector<float> x(embeds, embeds + S * H);
-  if (tap) tap->Tap(tap_prefix + "embeds", x.data(), {S, H});
-  const int64_t qkv_w = (nh + 2 * nkv) * hd;
-  std::vector<float> h(S * H), qkv(S * qkv_w), q(S * nh * hd), attn(S * nh * hd), tmp(S * H),
-      gu(S * 2 * c.intermediate_size), act(S * c.intermediate_size), kbuf(S * nkv * hd), scratch;
-  const int64_t rd = rope_.rotary_dim();
-  std::vector<float> cos(S * rd), sin(S * rd);
-  for (int64_t s = 0; s < S; ++s) rope_.CosSin(past + s, long_rope, cos.data() + s * rd, sin.data() + s * rd);
+  float* x = Sized(sc->x, R * H);
+  float* h = Sized(sc->h, R * H);
+  float* qkv = Sized(sc->qkv, R * qkv_w);
+  float* q = Sized(sc->q, R * nh * hd);
+  float* attn = Sized(sc->attn, R * nh * hd);
+  float* tmp = Sized(sc->tmp, R * H);
+  float* gu = Sized(sc->gu, R * 2 * I);
+  float* act = Sized(sc->act, R * I);
+  float* kbuf = Sized(sc->kbuf, R * nkv * hd);
+  float* cos = Sized(sc->cos, R * rd);
+  float* sin = Sized(sc->sin, R * rd);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SeqChunk& ch = chunks[i];
+    std::memcpy(x + row0[i] * H, ch.embeds, sizeof(float) * ch.n * H);
+    for (int64_t s = 0; s < ch.n; ++s)
+      rope_.CosSin(past[i] + s, ch.long_rope, cos + (row0[i] + s) * rd, sin + (row0[i] + s) * rd);
+  }
+  if (tap) tap->Tap(tap_prefix + "embeds", x, {R, H});
   const AttentionShape shape{nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
   const float eps = static_cast<float>(c.rms_norm_eps);
+  const std::span<const LoraSegment> segs(sc->segments);
 
   for (size_t li = 0; li < layers_.size(); ++li) {
     const DecoderLayerWeights& L = layers_[li];
-    RmsNorm(x.data(), L.input_norm.data(), S, H, eps, h.data());
-    L.qkv.Forward(h.data(), S, qkv.data(), mode, pool, &scratch);
-    uint8_t* kc = cache->k_[li].data();
-    uint8_t* vc = cache->v_[li].data();
-    const size_t rb = cache->row_bytes();
-    for (int64_t s = 0; s < S; ++s) {
-      const float* row = qkv.data() + s * qkv_w;
-      float* qs = q.data() + s * nh * hd;
-      float* ks = kbuf.data() + s * nkv * hd;
-      std::memcpy(qs, row, nh * hd * sizeof(float));
-      std::memcpy(ks, row + nh * hd, nkv * hd * sizeof(float));
-      ApplyRotary(qs, nh, hd, rd, cos.data() + s * rd, sin.data() + s * rd);
-      ApplyRotary(ks, nkv, hd, rd, cos.data() + s * rd, sin.data() + s * rd);
-      const float* vs = row + (nh + nkv) * hd;
-      StoreKvRow(cache->dtype_, ks, nkv, hd, kc + (past + s) * rb);
-      StoreKvRow(cache->dtype_, vs, nkv, hd, vc + (past + s) * rb);
+    RmsNorm(x, L.input_norm.data(), R, H, eps, h);
+    L.qkv.Forward(h, R, qkv, segs, pool, &sc->lora);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const SeqChunk& ch = chunks[i];
+      KvCache* cache = ch.cache;
+      uint8_t* kc = cache->k_[li].data();
+      uint8_t* vc = cache->v_[li].data();
+      const size_t rb = cache->row_bytes();
+      for (int64_t s = 0; s < ch.n; ++s) {
+        const int64_t row = row0[i] + s;
+        const float* in = qkv + row * qkv_w;
+        float* qs = q + row * nh * hd;
+        float* ks = kbuf + row * nkv * hd;
+        std::memcpy(qs, in, nh * hd * sizeof(float));
+        std::memcpy(ks, in + nh * hd, nkv * hd * sizeof(float));
+        ApplyRotary(qs, nh, hd, rd, cos + row * rd, sin + row * rd);
+        ApplyRotary(ks, nkv, hd, rd, cos + row * rd, sin + row * rd);
+        StoreKvRow(cache->dtype_, ks, nkv, hd, kc + (past[i] + s) * rb);
+        StoreKvRow(cache->dtype_, in + (nh + nkv) * hd, nkv, hd, vc + (past[i] + s) * rb);
+      }
+      CausalAttention(q + row0[i] * nh * hd, KvView{kc, vc, cache->dtype_}, past[i], ch.n, shape,
+                      attn + row0[i] * nh * hd, pool);
     }
-    CausalAttention(q.data(), KvView{kc, vc, cache->dtype_}, past, S, shape, attn.data(), pool);
-    L.o.Forward(attn.data(), S, tmp.data(), mode, pool, &scratch);
-    for (int64_t i = 0; i < S * H; ++i) x[i] += tmp[i];
-    RmsNorm(x.data(), L.post_attn_norm.data(), S, H, eps, h.data());
-    L.gate_up.Forward(h.data(), S, gu.data(), mode, pool, &scratch);
-    SiluGateUp(gu.data(), S, c.intermediate_size, act.data());
-    L.down.Forward(act.data(), S, tmp.data(), mode, pool, &scratch);
-    for (int64_t i = 0; i < S * H; ++i) x[i] += tmp[i];
-    if (tap) tap->Tap(tap_prefix + "layer." + std::to_string(li), x.data(), {S, H});
+    L.o.Forward(attn, R, tmp, segs, pool, &sc->lora);
+    for (int64_t i = 0; i < R * H; ++i) x[i] += tmp[i];
+    RmsNorm(x, L.post_attn_norm.data(), R, H, eps, h);
+    L.gate_up.Forward(h, R, gu, segs, pool, &sc->lora);
+    SiluGateUp(gu, R, I, act);
+    L.down.Forward(act, R, tmp, segs, pool, &sc->lora);
+    for (int64_t i = 0; i < R * H; ++i) x[i] += tmp[i];
+    if (tap) tap->Tap(tap_prefix + "layer." + std::to_string(li), x, {R, H});
   }
-  cache->length_ = past + S;
+  for (size_t i = 0; i < chunks.size(); ++i) chunks[i].cache->length_ = past[i] + chunks[i].n;
   if (tap) {
-    RmsNorm(x.data(), final_norm_.data(), S, H, eps, h.data());
-    tap->Tap(tap_prefix + "norm", h.data(), {S, H});
-    std::memcpy(last_hidden, h.data() + (S - 1) * H, H * sizeof(float));
-  } else {
-    RmsNorm(x.data() + (S - 1) * H, final_norm_.data(), 1, H, eps, last_hidden);
+    RmsNorm(x, final_norm_.data(), R, H, eps, h);
+    tap->Tap(tap_prefix + "norm", h, {R, H});
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i].last_hidden == nullptr) continue;
+    const int64_t last = row0[i] + chunks[i].n - 1;
+    if (tap) std::memcpy(chunks[i].last_hidden, h + last * H, H * sizeof(float));
+    else RmsNorm(x + last * H, final_norm_.data(), 1, H, eps, chunks[i].last_hidden);
   }
   return Status::Ok();
+}
+
+void Decoder::LogitsRows(const float* hidden, int64_t n, float* logits, ThreadPool* pool) const {
+  lm_head().MatMul(hidden, n, logits, pool);
 }
 
 void Decoder::Logits(const float* hidden, float* logits, ThreadPool* pool) const {

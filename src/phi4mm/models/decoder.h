@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,16 @@ class KvCache {
   // Whether the cached positions were computed with the long rotary table.
   bool long_rope() const { return long_rope_; }
   void Clear();
+  // Allocates room for exactly `positions` positions once (a scheduler's admission reserves a
+  // request's whole worst case up front); later growth past it is an error, not a reallocation.
+  void Reserve(int64_t positions);
+  int64_t capacity() const { return capacity_; }
+  int64_t layers() const { return static_cast<int64_t>(k_.size()); }
+  // An empty cache of the same shape and element type.
+  KvCache EmptyLike() const { return KvCache(layers(), kv_heads_, head_dim_, dtype_); }
+  // Copies positions [0, n) of `src` (same shape and dtype, n <= both capacities) and its rotary
+  // table flag; used to reuse a cached prefix.
+  Status CopyPrefixFrom(const KvCache& src, int64_t n);
   // Forgets positions >= n (they are recomputed or overwritten later).
   void Truncate(int64_t n);
   // Bytes allocated (capacity, not length).
@@ -49,11 +60,29 @@ class KvCache {
 
  private:
   friend class Decoder;
-  void EnsureCapacity(int64_t positions);
+  Status EnsureCapacity(int64_t positions);
   int64_t kv_heads_ = 0, head_dim_ = 0, length_ = 0, capacity_ = 0;
-  bool long_rope_ = false;
+  bool long_rope_ = false, fixed_ = false;
   KvDType dtype_ = KvDType::kF32;
   std::vector<std::vector<uint8_t>> k_, v_;  // [layer] -> capacity * row_bytes()
+};
+
+// One sequence's rows in a batched decoder step: a decode row (n = 1) or a chunk of its prompt.
+struct SeqChunk {
+  const float* embeds = nullptr;  // [n, hidden] input embeddings
+  int64_t n = 0;
+  KvCache* cache = nullptr;       // the rows go to positions cache->length() ..+n
+  LoraMode mode = LoraMode::kNone;
+  bool long_rope = false;         // rotary table of the whole sequence (must match a non-empty cache)
+  float* last_hidden = nullptr;   // [hidden] final-norm hidden state of the last row; may be null
+};
+
+// Activations of a step, owned by the caller (a session or the scheduler) and reused, so a warm
+// step allocates nothing; they grow to the largest step's row count (bounded by the prefill chunk).
+struct DecoderScratch {
+  std::vector<float> x, h, qkv, q, attn, tmp, gu, act, kbuf, cos, sin, lora;
+  std::vector<size_t> order;
+  std::vector<LoraSegment> segments;
 };
 
 class Decoder {
@@ -87,6 +116,15 @@ class Decoder {
   // "<prefix>embeds", "<prefix>layer.<i>" [S, hidden] (each layer's output), "<prefix>norm".
   Status Forward(const float* embeds, int64_t S, LoraMode mode, bool long_rope, KvCache* cache,
                  ThreadPool* pool, TensorTap* tap, const std::string& tap_prefix, float* last_hidden) const;
+  // The batched step: one pass over the rows of every chunk (each from a different sequence, with
+  // its own cache, positions, rotary table and LoRA mode). The linear layers run once over all
+  // rows, ordered by LoRA mode so each adapter runs on its own rows only (LoraLinear segments);
+  // rotary, the KV writes and attention are per chunk. A row's result does not depend on the
+  // other chunks. Taps (as Forward's) are written only for a single chunk.
+  Status Step(std::span<const SeqChunk> chunks, ThreadPool* pool, DecoderScratch* scratch,
+              TensorTap* tap = nullptr, const std::string& tap_prefix = "") const;
+  // logits[n, vocab] = lm_head · hidden[n, hidden] (one pass over the head for all rows).
+  void LogitsRows(const float* hidden, int64_t n, float* logits, ThreadPool* pool) const;
   // logits[vocab] = lm_head · hidden.
   void Logits(const float* hidden, float* logits, ThreadPool* pool) const;
 

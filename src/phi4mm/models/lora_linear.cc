@@ -60,16 +60,27 @@ const LoraAdapter* LoraLinear::adapter(LoraMode mode) const {
 
 void LoraLinear::Forward(const float* x, int64_t n, float* y, LoraMode mode, ThreadPool* pool,
                          std::vector<float>* scratch) const {
+  const LoraSegment all{0, n, mode};
+  Forward(x, n, y, std::span(&all, 1), pool, scratch);
+}
+
+void LoraLinear::Forward(const float* x, int64_t n, float* y, std::span<const LoraSegment> segments,
+                         ThreadPool* pool, std::vector<float>* scratch) const {
   base_.MatMul(x, n, y, pool);
-  const LoraAdapter* ad = adapter(mode);
-  if (ad == nullptr) return;
-  const int64_t r = ad->a.rows(), out = base_.rows();
-  scratch->resize(static_cast<size_t>(n * (r + out)));
-  float* t = scratch->data();
-  float* u = t + n * r;
-  ad->a.MatMul(x, n, t, pool);
-  ad->b.MatMul(t, n, u, pool);
-  for (int64_t i = 0; i < n * out; ++i) y[i] += u[i] * ad->scale;
+  const int64_t in = base_.cols(), out = base_.rows();
+  for (const LoraSegment& seg : segments) {
+    const LoraAdapter* ad = adapter(seg.mode);
+    const int64_t m = seg.end - seg.begin;
+    if (ad == nullptr || m <= 0) continue;
+    const int64_t r = ad->a.rows();
+    scratch->resize(static_cast<size_t>(m * (r + out)));
+    float* t = scratch->data();
+    float* u = t + m * r;
+    ad->a.MatMul(x + seg.begin * in, m, t, pool);
+    ad->b.MatMul(t, m, u, pool);
+    float* ys = y + seg.begin * out;
+    for (int64_t i = 0; i < m * out; ++i) ys[i] += u[i] * ad->scale;
+  }
 }
 
 }  // namespace phi4mm

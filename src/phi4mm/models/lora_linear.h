@@ -6,6 +6,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,12 @@
 #include "phi4mm/models/lora_mode.h"
 
 namespace phi4mm {
+
+// Rows [begin, end) of a batch that share one LoRA mode (a batched step sorts its rows by mode).
+struct LoraSegment {
+  int64_t begin = 0, end = 0;
+  LoraMode mode = LoraMode::kNone;
+};
 
 struct LoraAdapter {
   WeightMatrix a;  // [r, in]
@@ -37,6 +44,13 @@ class LoraLinear {
 
   // y[n, out] = x[n, in]·Wᵀ (+ the active adapter's update). `scratch` is resized as needed.
   void Forward(const float* x, int64_t n, float* y, LoraMode mode, ThreadPool* pool,
+               std::vector<float>* scratch) const;
+  // The batched form (server-spec §3.3, the CPU analogue of S-LoRA's segmented GEMV): the base
+  // product once over all n rows, then each segment's adapter over that segment's rows only, so an
+  // adapter's bytes are read once per step whatever the number of its rows. Segments must not
+  // overlap; rows outside every segment get the base product only. Each row's result equals
+  // Forward on that row alone (the kernels reduce every row in a fixed order).
+  void Forward(const float* x, int64_t n, float* y, std::span<const LoraSegment> segments, ThreadPool* pool,
                std::vector<float>* scratch) const;
 
  private:

@@ -263,8 +263,32 @@ Result<std::shared_ptr<const SpeechModel>> SpeechModel::Load(const Checkpoint& c
   return std::shared_ptr<const SpeechModel>(std::move(m));
 }
 
+struct SpeechEncodeJob::State {
+  std::shared_ptr<const SpeechModel::Weights> w;
+  bool with_image = false;
+  int64_t num_tokens = 0, t_enc = 0, L = 0, nchunks = 0;
+  std::vector<float> h, rel_bias;
+  std::vector<uint8_t> allowed;
+  Scratch scratch;
+  size_t next_block = 0;
+  TensorTap* tap = nullptr;
+  std::string tap_prefix;
+};
+
+int64_t SpeechEncodeJob::blocks() const { return s_ ? static_cast<int64_t>(s_->w->blocks.size()) : 0; }
+int64_t SpeechEncodeJob::blocks_done() const { return s_ ? static_cast<int64_t>(s_->next_block) : 0; }
+
 Result<std::vector<float>> SpeechModel::Encode(const AudioFeatures& features, bool with_image, ThreadPool* pool,
                                                TensorTap* tap, const std::string& tap_prefix) const {
+  ThreadPool local(1);
+  if (pool == nullptr) pool = &local;
+  PHI4MM_ASSIGN_OR_RETURN(SpeechEncodeJob job, StartEncode(features, with_image, pool, tap, tap_prefix));
+  PHI4MM_RETURN_IF_ERROR(job.Step(job.blocks(), pool));
+  return job.Finish(pool);
+}
+
+Result<SpeechEncodeJob> SpeechModel::StartEncode(const AudioFeatures& features, bool with_image, ThreadPool* pool,
+                                                 TensorTap* tap, const std::string& tap_prefix) const {
   const Weights& w = *w_;
   const AudioConfig& c = w.cfg;
   const int64_t T = features.frames, mel = c.input_size, d = c.hidden_size, ch = c.nemo_conv_channels;
@@ -333,22 +357,63 @@ Result<std::vector<float>> SpeechModel::Encode(const AudioFeatures& features, bo
   }
   const std::vector<uint8_t> allowed = StreamingMask(L, c.chunk_size, c.left_chunk);
 
-  // 5. Conformer blocks.
-  Scratch s;
-  s.Reserve(L, d, c.intermediate_size);
-  for (size_t j = 0; j < w.blocks.size(); ++j) {
-    for (int64_t k = 0; k < nchunks; ++k)
-      ConformerBlock(w.blocks[j], h.data() + k * L * d, L, c, rel_bias.data(), allowed.empty() ? nullptr : allowed.data(),
-                     s, pool);
-    TapIf(tap, tap_prefix + "block." + std::to_string(j), h.data(), {nchunks * L, d});
+  auto st = std::make_shared<SpeechEncodeJob::State>();
+  st->w = w_;
+  st->with_image = with_image;
+  st->num_tokens = features.num_tokens;
+  st->t_enc = t_enc;
+  st->L = L;
+  st->nchunks = nchunks;
+  st->h = std::move(h);
+  st->rel_bias = std::move(rel_bias);
+  st->allowed = allowed;
+  st->scratch.Reserve(L, d, c.intermediate_size);
+  st->tap = tap;
+  st->tap_prefix = tap_prefix;
+  SpeechEncodeJob job;
+  job.s_ = std::move(st);
+  return job;
+}
+
+// 5. Conformer blocks.
+Status SpeechEncodeJob::Step(int64_t n_blocks, ThreadPool* pool) {
+  State& st = *s_;
+  const SpeechModel::Weights& w = *st.w;
+  const AudioConfig& c = w.cfg;
+  const int64_t L = st.L, d = c.hidden_size;
+  ThreadPool local(1);
+  if (pool == nullptr) pool = &local;
+  for (int64_t b = 0; b < n_blocks && st.next_block < w.blocks.size(); ++b, ++st.next_block) {
+    const size_t j = st.next_block;
+    for (int64_t k = 0; k < st.nchunks; ++k)
+      ConformerBlock(w.blocks[j], st.h.data() + k * L * d, L, c, st.rel_bias.data(),
+                     st.allowed.empty() ? nullptr : st.allowed.data(), st.scratch, pool);
+    TapIf(st.tap, st.tap_prefix + "block." + std::to_string(j), st.h.data(), {st.nchunks * L, d});
   }
+  return Status::Ok();
+}
+
+Result<std::vector<float>> SpeechEncodeJob::Finish(ThreadPool* pool) {
+  if (!s_ || !encoded())
+    return Internal("speech encoding finished after " + std::to_string(blocks_done()) + " of " +
+                    std::to_string(blocks()) + " blocks");
+  State& st = *s_;
+  const SpeechModel::Weights& w = *st.w;
+  const AudioConfig& c = w.cfg;
+  const int64_t d = c.hidden_size, t_enc = st.t_enc;
+  const bool with_image = st.with_image;
+  const std::vector<float>& h = st.h;
+  TensorTap* tap = st.tap;
+  const std::string& tap_prefix = st.tap_prefix;
+  ThreadPool local(1);
+  if (pool == nullptr) pool = &local;
   TapIf(tap, tap_prefix + "encoder_output", h.data(), {t_enc, d});
 
   // 6. Projection (Phi4MultimodalAudioEmbedding.forward): up -> erf GELU -> down, on the clip's
   //    first num_tokens frames.   [num_tokens, Ht]
   const Linear& up = with_image ? w.up_vision_speech : w.up_speech;
   const Linear& down = with_image ? w.down_vision_speech : w.down_speech;
-  const int64_t n = features.num_tokens, ht = w.text_hidden;
+  const int64_t n = st.num_tokens, ht = w.text_hidden;
   std::vector<float> u(static_cast<size_t>(n * ht)), y(static_cast<size_t>(n * ht));
   up.Apply(h.data(), n, u.data(), pool);
   GeluErfInPlace(u.data(), n * ht);

@@ -16,6 +16,26 @@
 
 namespace phi4mm {
 
+class SpeechModel;
+
+// One clip's encoding, resumable one Conformer block at a time (the engine interleaves it with
+// decoder steps). Start runs the normalisation and the convolutional subsampling; each Step one
+// block over every 500-frame chunk; Finish the projection. The model must outlive the job.
+class SpeechEncodeJob {
+ public:
+  int64_t blocks() const;
+  int64_t blocks_done() const;
+  bool encoded() const { return blocks_done() >= blocks(); }
+  Status Step(int64_t n_blocks, ThreadPool* pool);
+  // [num_tokens, text hidden_size] once every block ran.
+  Result<std::vector<float>> Finish(ThreadPool* pool);
+
+ private:
+  friend class SpeechModel;
+  struct State;  // defined in speech.cc
+  std::shared_ptr<State> s_;
+};
+
 class SpeechModel {
  public:
   static Result<std::shared_ptr<const SpeechModel>> Load(const Checkpoint& ckpt, const ModelConfig& cfg);
@@ -23,8 +43,13 @@ class SpeechModel {
   // `with_image`: the request also has an image (vision-speech projection).
   Result<std::vector<float>> Encode(const AudioFeatures& features, bool with_image, ThreadPool* pool,
                                     TensorTap* tap, const std::string& tap_prefix) const;
+  // Checks the features and runs the encoder's front (Encode = StartEncode, Step over every block,
+  // Finish).
+  Result<SpeechEncodeJob> StartEncode(const AudioFeatures& features, bool with_image, ThreadPool* pool,
+                                      TensorTap* tap = nullptr, const std::string& tap_prefix = "") const;
 
  private:
+  friend class SpeechEncodeJob;
   struct Weights;  // defined in speech.cc
   SpeechModel() = default;
   std::shared_ptr<const Weights> w_;

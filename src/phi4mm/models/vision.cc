@@ -185,7 +185,21 @@ Result<std::vector<float>> VisionModel::EncodeCrops(const float* pixels, const u
 // Phi4MultimodalImageEmbedding.get_img_features + forward for one image.
 Result<std::vector<float>> VisionModel::Encode(const ProcessedImage& img, ThreadPool* pool, TensorTap* tap,
                                                const std::string& tap_prefix) const {
-  const int64_t P = patches_per_side_, S = cfg_.image_size, D = cfg_.hidden_size, T = text_hidden_;
+  ThreadPool local(1);
+  if (pool == nullptr) pool = &local;
+  // The caller keeps `img` alive for this call: an aliasing pointer that owns nothing.
+  PHI4MM_ASSIGN_OR_RETURN(VisionEncodeJob job,
+                          StartEncode(std::shared_ptr<const ProcessedImage>(std::shared_ptr<void>(), &img), tap,
+                                      tap_prefix));
+  // All crops of the image as one batch.
+  PHI4MM_RETURN_IF_ERROR(job.Step(job.crops(), pool));
+  return job.Finish(pool);
+}
+
+Result<VisionEncodeJob> VisionModel::StartEncode(std::shared_ptr<const ProcessedImage> image, TensorTap* tap,
+                                                 const std::string& tap_prefix) const {
+  const ProcessedImage& img = *image;
+  const int64_t P = patches_per_side_, S = cfg_.image_size;
   if (img.crop_size != S || img.patches_per_side != P)
     return InvalidArgument("processed image has crop_size " + std::to_string(img.crop_size) + " and " +
                            std::to_string(img.patches_per_side) + " patches per side; the vision model expects " +
@@ -205,19 +219,52 @@ Result<std::vector<float>> VisionModel::Encode(const ProcessedImage& img, Thread
     return InvalidArgument("processed image buffers do not match " + std::to_string(img.num_crops) +
                            " crops: pixel_values has " + std::to_string(img.pixel_values.size()) +
                            " values, attention_mask " + std::to_string(img.attention_mask.size()));
+  VisionEncodeJob job;
+  job.model_ = this;
+  job.image_ = std::move(image);
+  job.gh_ = gh;
+  job.gw_ = gw;
+  job.crops_ = crops;
+  job.tap_ = tap;
+  job.tap_prefix_ = tap_prefix;
+  const int64_t F = (P + 1) / 2;
+  job.pooled_.resize(static_cast<size_t>(crops * F * F * cfg_.hidden_size));
+  return job;
+}
+
+Status VisionEncodeJob::Step(int64_t n, ThreadPool* pool) {
+  const VisionModel& m = *model_;
+  const ProcessedImage& img = *image_;
+  const int64_t P = m.patches_per_side_, S = m.cfg_.image_size, D = m.cfg_.hidden_size, F = (P + 1) / 2;
+  const int64_t c0 = next_, b = std::min(n, crops_ - next_);
+  if (b <= 0) return Status::Ok();
   ThreadPool local(1);
   if (pool == nullptr) pool = &local;
+  // Crops past 1 + gh*gw (batch padding) never reach the output, so they are not encoded.
+  // feat: [b, P*P, D]; AvgPool2d(2, 2) over each [P, P] grid (ReflectionPad2d((0,1,0,1)) first when
+  // P is odd) into pooled [crops, F*F, D].
+  PHI4MM_ASSIGN_OR_RETURN(std::vector<float> feat,
+                          m.EncodeCrops(img.pixel_values.data() + c0 * 3 * S * S, img.attention_mask.data() + c0 * P * P,
+                                        b, pool, tap_, tap_prefix_));
+  AvgPool2x2(feat.data(), b, P, P, D, pooled_.data() + c0 * F * F * D, pool);
+  next_ += b;
+  return Status::Ok();
+}
 
-  // All crops of the image as one batch; crops past 1 + gh*gw (batch padding) never reach the
-  // output, so they are not encoded. feat: [crops, P*P, D].
-  PHI4MM_ASSIGN_OR_RETURN(std::vector<float> feat, EncodeCrops(img.pixel_values.data(), img.attention_mask.data(),
-                                                               crops, pool, tap, tap_prefix));
-  // AvgPool2d(2, 2) over the [P, P] grid (ReflectionPad2d((0,1,0,1)) first when P is odd):
-  // pooled [crops, F*F, D].
-  const int64_t F = (P + 1) / 2;
-  std::vector<float> pooled(static_cast<size_t>(crops * F * F * D));
-  AvgPool2x2(feat.data(), crops, P, P, D, pooled.data(), pool);
-  feat = {};
+Result<std::vector<float>> VisionEncodeJob::Finish(ThreadPool* pool) {
+  if (!encoded())
+    return Internal("vision encoding finished after " + std::to_string(next_) + " of " + std::to_string(crops_) +
+                    " crops");
+  const VisionModel& m = *model_;
+  const ProcessedImage& img = *image_;
+  const int64_t P = m.patches_per_side_, D = m.cfg_.hidden_size, T = m.text_hidden_, F = (P + 1) / 2;
+  const int64_t gh = gh_, gw = gw_, crops = crops_;
+  ThreadPool local(1);
+  if (pool == nullptr) pool = &local;
+  const std::vector<float> pooled = std::move(pooled_);
+  next_ = 0;  // finished: the job is spent
+  TensorTap* tap = tap_;
+  const std::string& tap_prefix = tap_prefix_;
   Tap(tap, tap_prefix + "pooled", pooled, {crops, F * F, D});
 
   // Useful area of the HD grid: the crop masks sampled at [0::2, 0::2], laid out spatially.
@@ -247,20 +294,20 @@ Result<std::vector<float>> VisionModel::Encode(const ProcessedImage& img, Thread
       const int64_t crop = 1 + (r / F) * gw + c / F;
       put(pooled.data() + ((crop * F + r % F) * F + c % F) * D);
     }
-    put(sub_gn_.data());
+    put(m.sub_gn_.data());
   }
-  put(glb_gn_.data());
+  put(m.glb_gn_.data());
   for (int64_t r = 0; r < F; ++r) {
     for (int64_t c = 0; c < F; ++c) put(pooled.data() + (r * F + c) * D);
-    put(sub_gn_.data());
+    put(m.sub_gn_.data());
   }
   Tap(tap, tap_prefix + "separated", seq, {n_tok, D});
 
   // img_projection_up -> exact GELU -> img_projection_down: [n_tok, D] -> [n_tok, T].
   std::vector<float> up(static_cast<size_t>(n_tok * T)), out(static_cast<size_t>(n_tok * T));
-  Apply(proj_up_, seq.data(), n_tok, up.data(), pool);
+  m.Apply(m.proj_up_, seq.data(), n_tok, up.data(), pool);
   GeluErfInPlace(up.data(), static_cast<int64_t>(up.size()));
-  Apply(proj_down_, up.data(), n_tok, out.data(), pool);
+  m.Apply(m.proj_down_, up.data(), n_tok, out.data(), pool);
   Tap(tap, tap_prefix + "features", out, {n_tok, T});
   return out;
 }

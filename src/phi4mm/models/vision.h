@@ -18,6 +18,31 @@
 
 namespace phi4mm {
 
+class VisionModel;
+
+// One image's encoding, resumable a few crops at a time (the engine interleaves it with decoder
+// steps so running answers keep flowing, and a big image's crops go through the encoder in
+// bounded groups). Holds the image; the model must outlive the job.
+class VisionEncodeJob {
+ public:
+  int64_t crops() const { return crops_; }
+  int64_t crops_done() const { return next_; }
+  bool encoded() const { return next_ >= crops_; }
+  // Runs the next min(n, remaining) crops through the encoder and the 2x2 pool.
+  Status Step(int64_t n, ThreadPool* pool);
+  // Once every crop is encoded: separators and projection, [num_tokens, text hidden_size].
+  Result<std::vector<float>> Finish(ThreadPool* pool);
+
+ private:
+  friend class VisionModel;
+  const VisionModel* model_ = nullptr;
+  std::shared_ptr<const ProcessedImage> image_;
+  int64_t gh_ = 0, gw_ = 0, crops_ = 0, next_ = 0;
+  std::vector<float> pooled_;  // [crops, F*F, D]
+  TensorTap* tap_ = nullptr;
+  std::string tap_prefix_;
+};
+
 class VisionModel {
  public:
   // `quant` picks the encoder layers' linear format (EncoderLinearFormat); the patch embedding,
@@ -33,8 +58,13 @@ class VisionModel {
   // the image go through the encoder as one batch. Taps use `tap_prefix` (e.g. "image.0.").
   Result<std::vector<float>> Encode(const ProcessedImage& image, ThreadPool* pool, TensorTap* tap,
                                     const std::string& tap_prefix) const;
+  // Checks the processed image and starts a resumable encoding of it (Encode is StartEncode, one
+  // Step over every crop, then Finish).
+  Result<VisionEncodeJob> StartEncode(std::shared_ptr<const ProcessedImage> image, TensorTap* tap = nullptr,
+                                      const std::string& tap_prefix = "") const;
 
  private:
+  friend class VisionEncodeJob;
   struct Linear {
     WeightMatrix w;          // [out, in]
     std::vector<float> b;    // [out]

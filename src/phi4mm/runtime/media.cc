@@ -79,15 +79,16 @@ Result<PromptCount> CountPrompt(const ModelConfig& config, const Tokenizer& toke
   return count;
 }
 
-Result<PreparedPrompt> PreparePrompt(const Model& model, std::string_view rendered, const MediaInputs& media,
-                                     const PromptOptions& opts, TensorTap* tap) {
-  PHI4MM_ASSIGN_OR_RETURN(Preprocessed p, Preprocess(model.config(), media, opts));
-  PreparedPrompt out;
-  PHI4MM_ASSIGN_OR_RETURN(out.ids, EncodePrompt(model.tokenizer(), rendered, p.image_counts, p.audio_counts));
+Result<PreprocessedPrompt> PreprocessPrompt(const ModelConfig& config, const Tokenizer& tokenizer,
+                                            std::string_view rendered, const MediaInputs& media,
+                                            const PromptOptions& opts, int64_t context_length) {
+  PHI4MM_ASSIGN_OR_RETURN(Preprocessed p, Preprocess(config, media, opts));
+  PreprocessedPrompt out;
+  PHI4MM_ASSIGN_OR_RETURN(out.ids, EncodePrompt(tokenizer, rendered, p.image_counts, p.audio_counts));
   out.count = MakeCount(p, out.ids.size());
-  const int64_t budget = opts.token_budget >= 0 ? opts.token_budget : model.context_length();
+  const int64_t ctx = context_length > 0 ? context_length : config.text.max_position_embeddings;
+  const int64_t budget = opts.token_budget >= 0 ? opts.token_budget : ctx;
   if (out.count.total_tokens > budget) {
-    const int64_t ctx = model.context_length();
     const std::string room = budget == ctx ? "the model's context holds " + std::to_string(ctx)
                                            : "only " + std::to_string(budget) + " of the model's " +
                                                  std::to_string(ctx) + "-token context are left";
@@ -99,6 +100,22 @@ Result<PreparedPrompt> PreparePrompt(const Model& model, std::string_view render
   const bool has_image = opts.conversation_has_image || !media.images.empty();
   const bool has_audio = opts.conversation_has_audio || !media.audios.empty();
   out.mode = LoraModeForInputs(has_image, has_audio);
+  out.audio_with_image = has_image;
+  out.dynamic_hd = opts.dynamic_hd > 0 ? opts.dynamic_hd : config.preprocessor.dynamic_hd;
+  out.images = std::move(p.images);
+  out.audios = std::move(p.audios);
+  return out;
+}
+
+Result<PreparedPrompt> PreparePrompt(const Model& model, std::string_view rendered, const MediaInputs& media,
+                                     const PromptOptions& opts, TensorTap* tap) {
+  PHI4MM_ASSIGN_OR_RETURN(PreprocessedPrompt p, PreprocessPrompt(model.config(), model.tokenizer(), rendered, media,
+                                                                 opts, model.context_length()));
+  PreparedPrompt out;
+  out.ids = std::move(p.ids);
+  out.count = p.count;
+  out.mode = p.mode;
+  const bool has_image = p.audio_with_image;
   if (!p.images.empty()) {
     PHI4MM_ASSIGN_OR_RETURN(const VisionModel* vision, model.vision());
     for (size_t k = 0; k < p.images.size(); ++k) {

@@ -44,6 +44,18 @@ struct PreparedPrompt {
   PromptCount count;
 };
 
+// A prompt after preprocessing and tokenization, before any encoder runs: what the batched engine
+// admits, encodes piece by piece and prefills.
+struct PreprocessedPrompt {
+  std::vector<int32_t> ids;
+  std::vector<ProcessedImage> images;
+  std::vector<AudioFeatures> audios;
+  PromptCount count;
+  LoraMode mode = LoraMode::kNone;
+  bool audio_with_image = false;  // audio uses the vision-speech projection
+  int64_t dynamic_hd = 0;         // the crop limit the images were processed with
+};
+
 // Prepends "<|image_1|>\n...<|audio_1|>\n..." to `text` when it has no placeholders and media
 // are given, as the reference prompts do; otherwise returns `text` unchanged.
 std::string WithDefaultPlaceholders(std::string_view text, size_t num_images, size_t num_audios);
@@ -52,6 +64,10 @@ std::string WithDefaultPlaceholders(std::string_view text, size_t num_images, si
 Result<PromptCount> CountPrompt(const ModelConfig& config, const Tokenizer& tokenizer, std::string_view rendered,
                                 const MediaInputs& media, const PromptOptions& opts = {},
                                 std::vector<int32_t>* ids = nullptr);
+// Preprocessing, placeholder expansion and the budget check of PreparePrompt, without encoders.
+Result<PreprocessedPrompt> PreprocessPrompt(const ModelConfig& config, const Tokenizer& tokenizer,
+                                            std::string_view rendered, const MediaInputs& media,
+                                            const PromptOptions& opts = {}, int64_t context_length = 0);
 // `tap` (optional) receives the encoders' named tensors ("image.<k>.*", "audio.<k>.*").
 Result<PreparedPrompt> PreparePrompt(const Model& model, std::string_view rendered, const MediaInputs& media,
                                      const PromptOptions& opts = {}, TensorTap* tap = nullptr);

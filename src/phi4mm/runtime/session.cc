@@ -1,6 +1,8 @@
 // Session: sequence bookkeeping, cache invalidation rules, and the generation loop.
 #include "phi4mm/runtime/session.h"
 
+#include "phi4mm/runtime/answer_stream.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -9,19 +11,6 @@ namespace phi4mm {
 namespace {
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// Length of the longest suffix of `text` that is a proper prefix of some stop string: text that
-// must be held back because a stop string may be completing.
-size_t HeldBack(const std::string& text, const std::vector<std::string>& stops) {
-  size_t hold = 0;
-  for (const std::string& s : stops)
-    for (size_t k = std::min(text.size(), s.size() - 1); k > hold; --k)
-      if (text.compare(text.size() - k, k, s, 0, k) == 0) {
-        hold = k;
-        break;
-      }
-  return hold;
 }
 }  // namespace
 
@@ -32,6 +21,7 @@ const char* FinishReasonName(FinishReason r) {
     case FinishReason::kMaxTokens: return "length";
     case FinishReason::kContextFull: return "context_full";
     case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kDeadline: return "deadline";
   }
   return "?";
 }
@@ -74,16 +64,24 @@ Status Session::Sync(LoraMode mode, const std::string& tap_prefix) {
   const int64_t S = total - start;
   if (S <= 0) return Status::Ok();
   const int64_t H = dec.config().hidden_size;
-  std::vector<float> embeds(static_cast<size_t>(S * H)), hidden(static_cast<size_t>(H));
-  // Placeholder positions of a prompt take their media rows; everything else (including a
-  // placeholder id the model itself generated) takes its token embedding, as in the reference.
-  std::vector<const float*> overrides(static_cast<size_t>(S), nullptr);
-  for (int64_t p = start; p < total; ++p)
-    if (media_row_[p] >= 0) overrides[p - start] = media_rows_.data() + media_row_[p] * H;
-  PHI4MM_RETURN_IF_ERROR(
-      model_->embedding().EmbedRows(std::span(tokens_).subspan(start), overrides, embeds.data()));
-  PHI4MM_RETURN_IF_ERROR(
-      dec.Forward(embeds.data(), S, mode, long_rope, &cache_, model_->pool(), tap_, tap_prefix, hidden.data()));
+  // The prompt goes through the decoder in chunks of at most prefill_chunk_ positions, so the
+  // activations stay bounded whatever its length; with a tap it runs whole, so the named tensors
+  // cover every position.
+  const int64_t chunk = tap_ != nullptr ? S : std::max<int64_t>(1, prefill_chunk_);
+  std::vector<float> embeds(static_cast<size_t>(std::min(S, chunk) * H)), hidden(static_cast<size_t>(H));
+  std::vector<const float*> overrides;
+  for (int64_t c0 = start; c0 < total; c0 += chunk) {
+    const int64_t n = std::min(chunk, total - c0);
+    // Placeholder positions of a prompt take their media rows; everything else (including a
+    // placeholder id the model itself generated) takes its token embedding, as in the reference.
+    overrides.assign(static_cast<size_t>(n), nullptr);
+    for (int64_t p = c0; p < c0 + n; ++p)
+      if (media_row_[p] >= 0) overrides[p - c0] = media_rows_.data() + media_row_[p] * H;
+    PHI4MM_RETURN_IF_ERROR(
+        model_->embedding().EmbedRows(std::span(tokens_).subspan(c0, n), overrides, embeds.data()));
+    const SeqChunk ch{embeds.data(), n, &cache_, mode, long_rope, hidden.data()};
+    PHI4MM_RETURN_IF_ERROR(dec.Step(std::span(&ch, 1), model_->pool(), &scratch_, tap_, tap_prefix));
+  }
   logits_.resize(static_cast<size_t>(dec.lm_head().rows()));
   dec.Logits(hidden.data(), logits_.data(), model_->pool());
   if (tap_) tap_->Tap(tap_prefix + "logits", logits_.data(), {static_cast<int64_t>(logits_.size())});
@@ -152,19 +150,11 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
   res.prefill_seconds = Seconds(t0, t1);
   res.prompt_tokens = static_cast<int64_t>(tokens_.size()) - std::min<int64_t>(cached_before, tokens_.size());
 
-  const Tokenizer& tok = model_->tokenizer();
   const std::vector<int32_t>& stop_ids =
       opts.stop_ids.empty() ? model_->config().generation.eos_token_ids : opts.stop_ids;
-  Sampler sampler(opts.sampling, tok.vocab_size());
-  TokenStreamDecoder stream(tok, /*skip_special=*/true);
-  std::string text;    // all decoded answer text so far
-  size_t emitted = 0;  // bytes of `text` handed to the callback
-  auto emit_to = [&](size_t end) -> bool {
-    bool keep_going = true;
-    if (end > emitted && on_text) keep_going = on_text(std::string_view(text).substr(emitted, end - emitted));
-    emitted = std::max(emitted, end);
-    return keep_going;
-  };
+  Sampler sampler(opts.sampling, model_->tokenizer().vocab_size());
+  AnswerStream answer(model_->tokenizer(), opts.stop_strings);
+  auto emit = [&](std::string_view piece) { return piece.empty() || !on_text || on_text(piece); };
 
   const int64_t ctx = model_->context_length();
   res.finish = FinishReason::kMaxTokens;
@@ -181,21 +171,11 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
       res.finish = FinishReason::kEos;
       break;
     }
-    text += stream.Push(id);
-    bool stop_string = false;
-    for (const std::string& s : opts.stop_strings) {
-      const size_t from = emitted > s.size() ? emitted - s.size() : 0;
-      const size_t pos = text.find(s, from);
-      if (pos != std::string::npos) {
-        text.resize(pos);
-        stop_string = true;
-      }
-    }
-    if (stop_string) {
+    if (answer.Push(id)) {
       res.finish = FinishReason::kStopString;
       break;
     }
-    if (!emit_to(text.size() - HeldBack(text, opts.stop_strings))) {
+    if (!emit(answer.TakeReady())) {
       res.finish = FinishReason::kCancelled;
       break;
     }
@@ -207,11 +187,10 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
     ++res.decode_steps;
   }
   if (res.finish == FinishReason::kCancelled) {
-    res.text = text.substr(0, emitted);
+    res.text = answer.text().substr(0, answer.taken());
   } else {
-    if (res.finish != FinishReason::kStopString) text += stream.Flush();
-    emit_to(text.size());
-    res.text = text;
+    emit(answer.Finish(res.finish == FinishReason::kStopString));
+    res.text = answer.text();
   }
   return res;
 }

@@ -21,7 +21,7 @@
 
 namespace phi4mm {
 
-enum class FinishReason { kEos, kStopString, kMaxTokens, kContextFull, kCancelled };
+enum class FinishReason { kEos, kStopString, kMaxTokens, kContextFull, kCancelled, kDeadline };
 const char* FinishReasonName(FinishReason r);
 
 struct GenerateOptions {
@@ -76,6 +76,8 @@ class Session {
   void Reset();
   // Named intermediates of every forward pass go here ("prefill.*", then "step.<k>.*").
   void SetTap(TensorTap* tap) { tap_ = tap; }
+  // Positions per decoder pass when a prompt is prefilled (bounds the activations; default 512).
+  void set_prefill_chunk(int64_t n) { prefill_chunk_ = n; }
 
  private:
   Status Sync(LoraMode mode, const std::string& tap_prefix);
@@ -90,6 +92,8 @@ class Session {
   std::vector<int64_t> media_row_;
   std::vector<float> logits_;
   TensorTap* tap_ = nullptr;
+  int64_t prefill_chunk_ = 512;
+  DecoderScratch scratch_;
 };
 
 }  // namespace phi4mm

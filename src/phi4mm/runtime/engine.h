@@ -1,0 +1,127 @@
+// The batched engine: many conversations served at once by one engine thread that owns all model
+// compute. Requests are step-wise state machines (queued -> encoding -> prefilling -> decoding ->
+// done); every loop iteration the scheduler
+//   1. ends requests that were cancelled or whose deadline passed (their KV reservation is given
+//      back at once, whatever their phase),
+//   2. admits queued requests in order while fewer than max_running run and their worst-case KV
+//      cache (prompt + max new tokens) fits the byte budget (a request that could never fit is
+//      refused at Submit, not queued), reusing the longest cached prefix of an earlier request,
+//   3. runs one slice of encoder work (a few image crops or one Conformer block), so a new image
+//      never stalls running answers for more than a slice,
+//   4. runs one batched decoder step (Decoder::Step) over one row of every decoding request plus
+//      up to prefill_chunk prompt rows of the oldest prefilling requests, with the lm_head once
+//      over the rows that need logits, and samples each request with its own seeded sampler.
+// A request's tokens do not depend on what else is in the batch (tested against Session).
+// Callbacks run on the engine thread and must return quickly. While an Engine runs, it should be
+// the only user of its model's thread pool.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "phi4mm/runtime/kv_budget.h"
+#include "phi4mm/runtime/media.h"
+#include "phi4mm/runtime/media_cache.h"
+#include "phi4mm/runtime/prefix_cache.h"
+#include "phi4mm/runtime/session.h"
+
+namespace phi4mm {
+
+struct EngineOptions {
+  int64_t max_running = 8;             // sequences in the batch
+  int64_t max_queue = 32;              // admitted-later requests waiting; Submit refuses beyond
+  int64_t kv_budget_bytes = 0;         // 0 = half of the memory available when the engine starts
+  int64_t prefill_chunk = 128;         // prompt rows per step, over all prefilling requests
+  int64_t prefix_cache_bytes = int64_t{1} << 30;
+  int64_t media_cache_bytes = int64_t{256} << 20;
+  int64_t vision_crops_per_slice = 1;  // encoder work between two decoder steps
+  int64_t speech_blocks_per_slice = 1;
+};
+
+// What a request streams: final answer text as it becomes final (possibly empty), with the token
+// that produced it (-1 for the closing flush).
+struct StreamEvent {
+  std::string_view text;
+  int32_t token = -1;
+};
+
+struct EngineRequest {
+  std::string prompt;            // rendered with the chat template; <|image_N|> / <|audio_N|> placeholders
+  MediaInputs media;
+  PromptOptions prompt_options;  // dynamic_hd, conversation media flags (token_budget is ignored)
+  GenerateOptions generate;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // Engine thread; return false to cancel the request.
+  std::function<bool(const StreamEvent&)> on_event;
+  // Engine thread, before each sampling: the logits the next token is drawn from (tests, debugging).
+  std::function<void(std::span<const float>)> on_logits;
+};
+
+struct RequestResult {
+  GenerateResult generation;         // tokens, text, finish reason
+  PromptCount count;                 // prompt tokens by kind
+  int64_t cached_prompt_tokens = 0;  // prompt positions reused from the prefix cache
+  int64_t images_encoded = 0, audios_encoded = 0;  // encoder runs (not served from the media cache)
+  double queue_seconds = 0, time_to_first_token = 0, total_seconds = 0;
+};
+
+class RequestHandle {
+ public:
+  struct Shared;  // the request's state as the engine thread and the handle share it
+  RequestHandle() = default;
+  explicit RequestHandle(std::shared_ptr<Shared> s) : s_(std::move(s)) {}
+  // Ends the request within one engine step, whatever its phase; its answer so far is kept.
+  void Cancel();
+  bool done() const;
+  // Blocks until the request has ended. An error (a failing encoder, say) is returned as a Status.
+  Result<RequestResult> Wait();
+
+ private:
+  std::shared_ptr<Shared> s_;
+};
+
+namespace engine_internal {
+struct State;
+}
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0;
+  int64_t kv_reserved_bytes = 0, kv_budget_bytes = 0;
+  int64_t steps = 0, batch_rows = 0, prefill_rows = 0, decode_rows = 0;
+  int64_t vision_crops = 0, speech_blocks = 0, images_encoded = 0, audios_encoded = 0;
+  int64_t finished = 0, cancelled = 0, expired = 0, refused = 0;
+  PrefixCacheStats prefix;
+  MediaCacheStats media;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Start(std::shared_ptr<const Model> model, const EngineOptions& opts = {});
+  ~Engine();  // cancels whatever still runs and joins the engine thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Checks, preprocesses and tokenizes the request on the calling thread, then queues it. Errors:
+  // InvalidArgument (bad options or media), OutOfRange (the prompt or its worst-case KV cache can
+  // never fit the context or the budget), ResourceExhausted (the queue is full now).
+  Result<RequestHandle> Submit(EngineRequest request);
+  EngineStats stats() const;
+  const EngineOptions& options() const { return opts_; }
+  const Model& model() const { return *model_; }
+  // KV bytes a request of `positions` positions reserves.
+  int64_t KvBytesFor(int64_t positions) const;
+
+ private:
+  Engine(std::shared_ptr<const Model> model, const EngineOptions& opts);
+
+  std::shared_ptr<const Model> model_;
+  EngineOptions opts_;
+  std::unique_ptr<engine_internal::State> st_;
+};
+
+}  // namespace phi4mm

@@ -1,0 +1,90 @@
+// Internals of the batched engine shared by its API side (engine.cc: Submit, handles, stats) and
+// its engine thread (scheduler.cc): a request's state machine (Seq) and the engine's state.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <variant>
+
+#include "phi4mm/runtime/answer_stream.h"
+#include "phi4mm/runtime/engine.h"
+
+namespace phi4mm {
+
+using Clock = std::chrono::steady_clock;
+
+struct RequestHandle::Shared {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::atomic<bool> cancel{false};
+  Status status;
+  RequestResult result;
+  std::function<void()> wake;  // nudges the engine thread
+};
+
+namespace engine_internal {
+enum class Phase { kQueued, kEncoding, kPrefilling, kDecoding };
+
+// Which media row feeds a prompt position: kind 1 = image, 2 = audio; index; row in its features.
+struct MediaRef {
+  int8_t kind = 0;
+  int32_t index = 0;
+  int32_t row = 0;
+};
+struct Seq {
+  std::shared_ptr<RequestHandle::Shared> shared;
+  EngineRequest req;
+  PreprocessedPrompt prompt;
+  std::vector<std::shared_ptr<const ProcessedImage>> images;
+  std::vector<Digest> image_keys, audio_keys;
+  std::vector<MediaCache::Features> image_feat, audio_feat;
+  std::vector<MediaRef> media_ref;  // per prompt position
+  std::vector<uint64_t> keys;       // per prompt position (prefix cache)
+  std::vector<int32_t> tokens;      // prompt + generated
+  int64_t positions = 0;            // reserved KV positions
+  Phase phase = Phase::kQueued;
+  KvCache cache;
+  KvReservation reservation;
+  bool long_rope = false;
+  // Encoder work still to do for this request: (kind, index) in order, and the running job.
+  std::deque<std::pair<int8_t, int32_t>> to_encode;
+  std::variant<std::monostate, VisionEncodeJob, SpeechEncodeJob> job;
+  std::optional<Sampler> sampler;
+  std::optional<AnswerStream> answer;
+  std::vector<int32_t> stop_ids;
+  RequestResult result;
+  Clock::time_point submitted, admitted, first_token;
+  bool has_first_token = false;
+  bool finished = false;
+};
+
+struct State {
+  explicit State(const EngineOptions& o)
+      : budget(o.kv_budget_bytes), prefix(o.prefix_cache_bytes), media(o.media_cache_bytes) {}
+  KvBudget budget;
+  PrefixCache prefix;
+  MediaCache media;
+  mutable std::mutex mu;  // guards incoming, stop, counters below
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<Seq>> incoming;
+  bool stop = false;
+  bool nudged = false;   // a handle was cancelled: re-check without waiting
+  EngineStats counters;  // engine-thread counters, copied under mu
+  // Engine thread only.
+  std::deque<std::unique_ptr<Seq>> waiting;
+  std::vector<std::unique_ptr<Seq>> running;
+  DecoderScratch scratch;
+  std::vector<float> embeds, hidden, logits;
+  std::thread thread;
+};
+
+void Loop(const Model& model, const EngineOptions& opts, State& st);
+
+}  // namespace engine_internal
+
+}  // namespace phi4mm

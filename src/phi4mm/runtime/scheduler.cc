@@ -1,0 +1,353 @@
+// The batched engine's thread (engine.h describes one iteration): reaping cancelled and expired
+// requests, admission with the KV budget and the prefix cache, encoder slices with the media
+// cache, the batched decoder step, and per-request sampling, streaming and completion.
+#include <algorithm>
+#include <cstring>
+
+#include "phi4mm/runtime/engine_internal.h"
+
+namespace phi4mm::engine_internal {
+
+namespace {
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Ends a request: its closing text (unless cut short), its result and counters, and it gives back
+// its KV reservation at once. A finished request's cache goes to the prefix cache.
+void Complete(State& st, Seq& s, FinishReason reason, Status status = Status::Ok()) {
+  if (s.finished) return;
+  s.finished = true;
+  GenerateResult& g = s.result.generation;
+  g.finish = reason;
+  if (status.ok()) {
+    if (reason == FinishReason::kCancelled || reason == FinishReason::kDeadline) {
+      g.text = s.answer->text().substr(0, s.answer->taken());
+    } else {
+      const std::string_view tail = s.answer->Finish(reason == FinishReason::kStopString);
+      if (!tail.empty() && s.req.on_event) s.req.on_event(StreamEvent{tail, -1});
+      g.text = s.answer->text();
+    }
+    const int64_t len = s.cache.length();
+    if (len > 0) {
+      std::vector<uint64_t> keys(static_cast<size_t>(len));
+      const int64_t n = static_cast<int64_t>(s.keys.size());
+      for (int64_t p = 0; p < len; ++p) keys[p] = p < n ? s.keys[p] : static_cast<uint32_t>(s.tokens[p]);
+      st.prefix.Insert(s.prompt.mode, s.long_rope, std::move(keys), s.cache);
+    }
+  }
+  s.cache = KvCache();
+  s.reservation.Reset();
+  s.job = std::monostate();
+  const Clock::time_point now = Clock::now();
+  s.result.total_seconds = Seconds(s.submitted, now);
+  g.prompt_tokens = static_cast<int64_t>(s.prompt.ids.size()) - s.result.cached_prompt_tokens;
+  {
+    std::lock_guard<std::mutex> l(st.mu);
+    if (reason == FinishReason::kCancelled) ++st.counters.cancelled;
+    else if (reason == FinishReason::kDeadline) ++st.counters.expired;
+    else ++st.counters.finished;
+  }
+  std::lock_guard<std::mutex> l(s.shared->mu);
+  s.shared->status = std::move(status);
+  s.shared->result = s.result;
+  s.shared->done = true;
+  s.shared->cv.notify_all();
+}
+
+// Queues the encoder runs this request still needs for positions >= from: media without features,
+// unless the media cache has them.
+void PlanEncoding(State& st, Seq& s, int64_t from) {
+  s.to_encode.clear();
+  const int64_t n = static_cast<int64_t>(s.media_ref.size());
+  for (int64_t p = std::max<int64_t>(0, from); p < n; ++p) {
+    const MediaRef& r = s.media_ref[p];
+    if (r.kind == 0) continue;
+    auto& feat = r.kind == 1 ? s.image_feat[r.index] : s.audio_feat[r.index];
+    if (feat) continue;
+    const std::pair<int8_t, int32_t> item{r.kind, r.index};
+    if (std::find(s.to_encode.begin(), s.to_encode.end(), item) != s.to_encode.end()) continue;
+    feat = st.media.Find(r.kind == 1 ? s.image_keys[r.index] : s.audio_keys[r.index]);
+    if (!feat) s.to_encode.push_back(item);
+  }
+  s.phase = s.to_encode.empty() ? Phase::kPrefilling : Phase::kEncoding;
+}
+
+bool Admit(const Model& m, State& st, Seq& s) {
+  const Decoder& dec = m.decoder();
+  const int64_t bytes = s.positions * dec.kv_bytes_per_token();
+  if (!st.budget.TryReserve(bytes)) return false;
+  s.reservation = KvReservation(&st.budget, bytes);
+  s.cache = dec.NewCache();
+  s.cache.Reserve(s.positions);
+  const int64_t n = static_cast<int64_t>(s.prompt.ids.size());
+  s.long_rope = dec.rotary().UseLong(n);
+  // At most n - 1 positions come from the cache: the prompt's last row runs to give the logits.
+  const PrefixCache::Match match = st.prefix.Find(s.prompt.mode, s.long_rope, s.keys, n - 1);
+  if (match.length > 0 && s.cache.CopyPrefixFrom(match.entry->cache, match.length).ok())
+    s.result.cached_prompt_tokens = match.length;
+  s.admitted = Clock::now();
+  s.result.queue_seconds = Seconds(s.submitted, s.admitted);
+  PlanEncoding(st, s, s.cache.length());
+  return true;
+}
+
+// One slice of encoder work for the first request that needs it; false when none does.
+bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
+  for (auto& sp : st.running) {
+    Seq& s = *sp;
+    if (s.finished || s.phase != Phase::kEncoding) continue;
+    if (s.to_encode.empty()) {
+      s.phase = Phase::kPrefilling;
+      continue;
+    }
+    auto fail = [&](const Status& e, const std::string& what) {
+      Complete(st, s, FinishReason::kCancelled, e.WithContext(what));
+      return true;
+    };
+    const auto [kind, idx] = s.to_encode.front();
+    MediaCache::Features done;
+    if (kind == 1) {
+      const std::string what = "image " + std::to_string(idx + 1);
+      if (!std::holds_alternative<VisionEncodeJob>(s.job)) {
+        auto vision = m.vision();
+        if (!vision.ok()) return fail(vision.status(), what);
+        auto job = (*vision)->StartEncode(s.images[idx]);
+        if (!job.ok()) return fail(job.status(), what);
+        s.job = std::move(job).value();
+      }
+      auto& job = std::get<VisionEncodeJob>(s.job);
+      const int64_t before = job.crops_done();
+      if (Status e = job.Step(o.vision_crops_per_slice, m.pool()); !e.ok()) return fail(e, what);
+      {
+        std::lock_guard<std::mutex> l(st.mu);
+        st.counters.vision_crops += job.crops_done() - before;
+      }
+      if (job.encoded()) {
+        auto f = job.Finish(m.pool());
+        if (!f.ok()) return fail(f.status(), what);
+        done = std::make_shared<const std::vector<float>>(std::move(f).value());
+        s.image_feat[idx] = done;
+        st.media.Insert(s.image_keys[idx], done);
+        ++s.result.images_encoded;
+        std::lock_guard<std::mutex> l(st.mu);
+        ++st.counters.images_encoded;
+      }
+    } else {
+      const std::string what = "audio " + std::to_string(idx + 1);
+      if (!std::holds_alternative<SpeechEncodeJob>(s.job)) {
+        auto speech = m.speech();
+        if (!speech.ok()) return fail(speech.status(), what);
+        auto job = (*speech)->StartEncode(s.prompt.audios[idx], s.prompt.audio_with_image, m.pool());
+        if (!job.ok()) return fail(job.status(), what);
+        s.job = std::move(job).value();
+        return true;  // the front (subsampling) was this slice
+      }
+      auto& job = std::get<SpeechEncodeJob>(s.job);
+      const int64_t before = job.blocks_done();
+      if (Status e = job.Step(o.speech_blocks_per_slice, m.pool()); !e.ok()) return fail(e, what);
+      {
+        std::lock_guard<std::mutex> l(st.mu);
+        st.counters.speech_blocks += job.blocks_done() - before;
+      }
+      if (job.encoded()) {
+        auto f = job.Finish(m.pool());
+        if (!f.ok()) return fail(f.status(), what);
+        done = std::make_shared<const std::vector<float>>(std::move(f).value());
+        s.audio_feat[idx] = done;
+        st.media.Insert(s.audio_keys[idx], done);
+        ++s.result.audios_encoded;
+        std::lock_guard<std::mutex> l(st.mu);
+        ++st.counters.audios_encoded;
+      }
+    }
+    if (done) {
+      s.job = std::monostate();
+      s.to_encode.pop_front();
+      if (s.to_encode.empty()) s.phase = Phase::kPrefilling;
+    }
+    return true;
+  }
+  return false;
+}
+
+// Samples the request's next token from `logits` [vocab] and streams it; the request either
+// goes on decoding or completes.
+void OnLogits(const Model& m, State& st, Seq& s, float* logits, int64_t vocab) {
+  s.phase = Phase::kDecoding;
+  GenerateResult& g = s.result.generation;
+  const GenerateOptions& go = s.req.generate;
+  if (static_cast<int64_t>(g.tokens.size()) >= go.max_new_tokens) return Complete(st, s, FinishReason::kMaxTokens);
+  if (static_cast<int64_t>(s.tokens.size()) >= m.context_length()) return Complete(st, s, FinishReason::kContextFull);
+  const std::span<float> row(logits, static_cast<size_t>(vocab));
+  if (s.req.on_logits) s.req.on_logits(row);
+  const int32_t id = s.sampler->Next(row, s.tokens);
+  s.tokens.push_back(id);
+  g.tokens.push_back(id);
+  if (!s.has_first_token) {
+    s.has_first_token = true;
+    s.first_token = Clock::now();
+    s.result.time_to_first_token = Seconds(s.submitted, s.first_token);
+  }
+  if (std::find(s.stop_ids.begin(), s.stop_ids.end(), id) != s.stop_ids.end())
+    return Complete(st, s, FinishReason::kEos);
+  if (s.answer->Push(id)) return Complete(st, s, FinishReason::kStopString);
+  const std::string_view ready = s.answer->TakeReady();
+  if (s.req.on_event && !s.req.on_event(StreamEvent{ready, id})) return Complete(st, s, FinishReason::kCancelled);
+  if (static_cast<int64_t>(g.tokens.size()) >= go.max_new_tokens) return Complete(st, s, FinishReason::kMaxTokens);
+}
+
+// One batched decoder step; false when no request had rows to run.
+bool RunStep(const Model& m, const EngineOptions& o, State& st) {
+  const Decoder& dec = m.decoder();
+  const int64_t H = dec.config().hidden_size;
+  struct Rows {
+    Seq* s;
+    int64_t n;
+    bool logits;
+  };
+  std::vector<Rows> rows;
+  for (auto& sp : st.running) {
+    Seq& s = *sp;
+    if (s.finished || s.phase != Phase::kDecoding) continue;
+    const int64_t total = static_cast<int64_t>(s.tokens.size());
+    if (!s.long_rope && dec.rotary().UseLong(total)) {
+      // The sequence passes original_max_position_embeddings: recompute it with the long table, as
+      // Session does (reference-deviations.md), media rows included.
+      s.cache.Clear();
+      s.long_rope = true;
+      PlanEncoding(st, s, 0);
+      continue;
+    }
+    rows.push_back({&s, 1, true});
+  }
+  int64_t budget = o.prefill_chunk, prefill = 0;
+  for (auto& sp : st.running) {
+    Seq& s = *sp;
+    if (budget <= 0) break;
+    if (s.finished || s.phase != Phase::kPrefilling) continue;
+    const int64_t left = static_cast<int64_t>(s.tokens.size()) - s.cache.length();
+    const int64_t n = std::min(budget, left);
+    rows.push_back({&s, n, n == left});
+    budget -= n;
+    prefill += n;
+  }
+  if (rows.empty()) return false;
+
+  int64_t R = 0, with_logits = 0;
+  for (const Rows& r : rows) {
+    R += r.n;
+    with_logits += r.logits;
+  }
+  st.embeds.resize(static_cast<size_t>(R * H));
+  st.hidden.resize(static_cast<size_t>(with_logits * H));
+  std::vector<SeqChunk> chunks;
+  std::vector<const float*> overrides;
+  int64_t off = 0, li = 0;
+  for (const Rows& r : rows) {
+    Seq& s = *r.s;
+    const int64_t start = s.cache.length();
+    overrides.assign(static_cast<size_t>(r.n), nullptr);
+    for (int64_t p = start; p < start + r.n; ++p) {
+      if (p >= static_cast<int64_t>(s.media_ref.size())) break;
+      const MediaRef& ref = s.media_ref[p];
+      if (ref.kind == 0) continue;
+      const auto& feat = ref.kind == 1 ? s.image_feat[ref.index] : s.audio_feat[ref.index];
+      overrides[p - start] = feat->data() + static_cast<int64_t>(ref.row) * H;
+    }
+    float* e = st.embeds.data() + off * H;
+    if (Status es = m.embedding().EmbedRows(std::span(s.tokens).subspan(start, r.n), overrides, e); !es.ok()) {
+      Complete(st, s, FinishReason::kCancelled, es);
+      continue;
+    }
+    chunks.push_back({e, r.n, &s.cache, s.prompt.mode, s.long_rope, r.logits ? st.hidden.data() + li * H : nullptr});
+    li += r.logits;
+    off += r.n;
+  }
+  if (Status ss = dec.Step(chunks, m.pool(), &st.scratch); !ss.ok()) {
+    for (const Rows& r : rows) Complete(st, *r.s, FinishReason::kCancelled, ss.WithContext("decoder step"));
+    return true;
+  }
+  const int64_t V = dec.lm_head().rows();
+  if (with_logits > 0) {
+    st.logits.resize(static_cast<size_t>(with_logits * V));
+    dec.LogitsRows(st.hidden.data(), with_logits, st.logits.data(), m.pool());
+  }
+  li = 0;
+  for (const Rows& r : rows) {
+    if (!r.logits || r.s->finished) continue;
+    OnLogits(m, st, *r.s, st.logits.data() + li * V, V);
+    ++li;
+  }
+  std::lock_guard<std::mutex> l(st.mu);
+  ++st.counters.steps;
+  st.counters.batch_rows += R;
+  st.counters.prefill_rows += prefill;
+  st.counters.decode_rows += R - prefill;
+  return true;
+}
+
+void Reap(State& st, std::deque<std::unique_ptr<Seq>>& waiting, std::vector<std::unique_ptr<Seq>>& running) {
+  const Clock::time_point now = Clock::now();
+  auto check = [&](Seq& s) {
+    if (s.finished) return;
+    if (s.shared->cancel) Complete(st, s, FinishReason::kCancelled);
+    else if (now >= s.req.deadline) Complete(st, s, FinishReason::kDeadline);
+  };
+  for (auto& s : waiting) check(*s);
+  for (auto& s : running) check(*s);
+  waiting.erase(std::remove_if(waiting.begin(), waiting.end(), [](const auto& s) { return s->finished; }),
+                waiting.end());
+  running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->finished; }),
+                running.end());
+}
+
+}  // namespace
+
+void Loop(const Model& m, const EngineOptions& o, State& st) {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(st.mu);
+      if (st.stop) break;
+      while (!st.incoming.empty()) {
+        st.waiting.push_back(std::move(st.incoming.front()));
+        st.incoming.pop_front();
+      }
+      st.nudged = false;
+    }
+    Reap(st, st.waiting, st.running);
+    // Admission in arrival order (the oldest waiting request is never overtaken).
+    while (!st.waiting.empty() && static_cast<int64_t>(st.running.size()) < o.max_running &&
+           Admit(m, st, *st.waiting.front())) {
+      st.running.push_back(std::move(st.waiting.front()));
+      st.waiting.pop_front();
+    }
+    {
+      std::lock_guard<std::mutex> l(st.mu);
+      st.counters.running = static_cast<int64_t>(st.running.size());
+      st.counters.waiting = static_cast<int64_t>(st.waiting.size());
+    }
+    bool worked = EncodeSlice(m, o, st);
+    worked = RunStep(m, o, st) || worked;
+    Reap(st, st.waiting, st.running);
+    if (!worked) {
+      std::unique_lock<std::mutex> l(st.mu);
+      st.counters.running = static_cast<int64_t>(st.running.size());
+      st.counters.waiting = static_cast<int64_t>(st.waiting.size());
+      st.cv.wait_for(l, std::chrono::milliseconds(20), [&] { return st.stop || st.nudged || !st.incoming.empty(); });
+    }
+  }
+  // Shutdown: everything still here ends as cancelled.
+  {
+    std::lock_guard<std::mutex> l(st.mu);
+    while (!st.incoming.empty()) {
+      st.waiting.push_back(std::move(st.incoming.front()));
+      st.incoming.pop_front();
+    }
+  }
+  for (auto& s : st.waiting) Complete(st, *s, FinishReason::kCancelled);
+  for (auto& s : st.running) Complete(st, *s, FinishReason::kCancelled);
+  st.waiting.clear();
+  st.running.clear();
+}
+
+}  // namespace phi4mm::engine_internal
