@@ -172,7 +172,7 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   {
     std::lock_guard<std::mutex> l(st_->mu);
     if (st_->stop) return Cancelled("the engine is shutting down");
-    const int64_t queued = static_cast<int64_t>(st_->incoming.size()) + st_->counters.waiting;
+    const int64_t queued = static_cast<int64_t>(st_->incoming.size()) + st_->counters.waiting;  // not yet admitted
     if (queued >= opts_.max_queue + opts_.max_running - st_->counters.running) {
       ++st_->counters.refused;
       return ResourceExhausted("the engine is busy: " + std::to_string(st_->counters.running) + " requests running and " +

@@ -43,6 +43,8 @@ void Complete(State& st, Seq& s, FinishReason reason, Status status = Status::Ok
   g.prompt_tokens = static_cast<int64_t>(s.prompt.ids.size()) - s.result.cached_prompt_tokens;
   {
     std::lock_guard<std::mutex> l(st.mu);
+    if (s.phase == Phase::kQueued) --st.counters.waiting;
+    else --st.counters.running;
     if (reason == FinishReason::kCancelled) ++st.counters.cancelled;
     else if (reason == FinishReason::kDeadline) ++st.counters.expired;
     else ++st.counters.finished;
@@ -311,6 +313,7 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
       while (!st.incoming.empty()) {
         st.waiting.push_back(std::move(st.incoming.front()));
         st.incoming.pop_front();
+        ++st.counters.waiting;
       }
       st.nudged = false;
     }
@@ -320,19 +323,15 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
            Admit(m, st, *st.waiting.front())) {
       st.running.push_back(std::move(st.waiting.front()));
       st.waiting.pop_front();
-    }
-    {
       std::lock_guard<std::mutex> l(st.mu);
-      st.counters.running = static_cast<int64_t>(st.running.size());
-      st.counters.waiting = static_cast<int64_t>(st.waiting.size());
+      --st.counters.waiting;
+      ++st.counters.running;
     }
     bool worked = EncodeSlice(m, o, st);
     worked = RunStep(m, o, st) || worked;
     Reap(st, st.waiting, st.running);
     if (!worked) {
       std::unique_lock<std::mutex> l(st.mu);
-      st.counters.running = static_cast<int64_t>(st.running.size());
-      st.counters.waiting = static_cast<int64_t>(st.waiting.size());
       st.cv.wait_for(l, std::chrono::milliseconds(20), [&] { return st.stop || st.nudged || !st.incoming.empty(); });
     }
   }
@@ -342,6 +341,7 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
     while (!st.incoming.empty()) {
       st.waiting.push_back(std::move(st.incoming.front()));
       st.incoming.pop_front();
+      ++st.counters.waiting;
     }
   }
   for (auto& s : st.waiting) Complete(st, *s, FinishReason::kCancelled);
