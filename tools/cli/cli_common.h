@@ -60,6 +60,10 @@ struct BenchFlags {
   int64_t vision_crops = 1;
   double audio_seconds = 5;
   bool json = false;
+  // --concurrency N[,N...]: the batched engine under N concurrent streams (cmd_bench_batch.cc).
+  std::string concurrency;
+  int64_t prefill_chunk = 128;
+  int rounds = 2;
   void Register(CLI::App* app);
 };
 
@@ -98,6 +102,7 @@ int ChatCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlag
 int InfoCommand(const ModelFlags& mf, bool json);
 int TokenizeCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& text, bool chat);
 int BenchCommand(const BenchFlags& flags);
+int BatchBenchCommand(const BenchFlags& flags);
 int QuantizeCommand(const QuantizeFlags& flags);
 int CountCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& prompt, const std::string& system);
 

@@ -19,68 +19,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "cli_common.h"
 #include "phi4mm/kernels/machine_peaks.h"
 
 namespace phi4mm::cli {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-int64_t PeakRssBytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
-}
-
-int64_t CurrentRssBytes() {
-  std::ifstream f("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  if (!(f >> size >> resident)) return 0;
-  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-}
-
-// Ordinary (non-placeholder) token ids.
-std::vector<int32_t> RandomIds(std::mt19937& rng, int64_t n, int64_t vocab) {
-  const int32_t hi = static_cast<int32_t>(std::min<int64_t>(vocab, 199999)) - 1;
-  std::uniform_int_distribution<int32_t> d(0, std::max(hi, 0));
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (int32_t& id : ids) {
-    do id = d(rng);
-    while (id == kImageTokenId || id == kAudioTokenId);
-  }
-  return ids;
-}
-
-// Bytes of the adapters of `mode` (what that mode adds to memory and to every decode step).
-double AdapterBytes(const Decoder& dec, LoraMode mode) {
-  double b = 0;
-  for (const auto& L : dec.layers())
-    for (const LoraLinear* l : {&L.qkv, &L.o, &L.gate_up, &L.down})
-      if (const LoraAdapter* a = l->adapter(mode)) b += static_cast<double>(a->a.bytes() + a->b.bytes());
-  return b;
-}
-
-// Bytes one decode step reads in `mode`: every linear base matrix, the adapter of `mode`, the
-// lm_head and the norms (the KV cache is added by the caller).
-double DecodeWeightBytes(const Decoder& dec, LoraMode mode) {
-  // weight_bytes() counts an untied lm_head; a tied one is the embedding table.
-  double b = static_cast<double>(dec.weight_bytes(false));
-  if (dec.config().tie_word_embeddings)
-    b += static_cast<double>(dec.lm_head().bytes());
-  return b + AdapterBytes(dec, mode);
-}
-
-// Linear multiply-adds per decoder position (base matrices only).
-double LinearMacsPerToken(const Decoder& dec) {
-  double m = 0;
-  for (const auto& L : dec.layers())
-    for (const LoraLinear* l : {&L.qkv, &L.o, &L.gate_up, &L.down})
-      m += static_cast<double>(l->out_features()) * static_cast<double>(l->in_features());
-  return m;
-}
 
 struct Timed {
   double seconds = 0;
@@ -115,9 +60,16 @@ void BenchFlags::Register(CLI::App* app) {
   app->add_option("--audio-seconds", audio_seconds, "Length of the synthetic clip (0 skips audio)")
       ->capture_default_str();
   app->add_flag("--json", json, "Print JSON instead of the table");
+  app->add_option("--concurrency", concurrency,
+                  "Benchmark the batched engine instead: aggregate decode with N concurrent streams (e.g. 1,4,8), "
+                  "mixed LoRA modes, and an image request's time to first token while they decode");
+  app->add_option("--prefill-chunk", prefill_chunk, "With --concurrency: prompt rows per engine step")
+      ->capture_default_str();
+  app->add_option("--rounds", rounds, "With --concurrency: runs per figure (the best is kept)")->capture_default_str();
 }
 
 int BenchCommand(const BenchFlags& f) {
+  if (!f.concurrency.empty()) return BatchBenchCommand(f);
   const std::optional<QuantMode> quant = ParseQuantMode(f.model.quant);
   if (!quant) return ReportError(InvalidArgument("--quant must be none, bf16, q8 or q4, got '" + f.model.quant + "'"));
   const Result<std::optional<KvDType>> kv = ParseKvDTypeFlag(f.model.kv_dtype);

@@ -97,17 +97,33 @@ EngineStats Engine::stats() const {
 }
 
 Result<RequestHandle> Engine::Submit(EngineRequest request) {
-  PHI4MM_RETURN_IF_ERROR(request.generate.Validate());
   const Model& m = *model_;
+  PHI4MM_RETURN_IF_ERROR(request.generate.Validate(m.embedding().vocab_size()));
   PromptOptions po = request.prompt_options;
   po.token_budget = -1;
-  auto pre = PreprocessPrompt(m.config(), m.tokenizer(), request.prompt, request.media, po, m.context_length());
-  if (!pre.ok()) return pre.status();
   auto seq = std::make_unique<Seq>();
-  seq->prompt = std::move(pre).value();
+  const int64_t ctx = m.context_length();
+  if (request.prompt.empty() && !request.prompt_ids.empty()) {
+    if (!request.media.empty()) return InvalidArgument("media need a text prompt with their placeholders");
+    const int64_t vocab = m.embedding().vocab_size();
+    for (int32_t id : request.prompt_ids)
+      if (id < 0 || id >= vocab || id == kImageTokenId || id == kAudioTokenId)
+        return InvalidArgument("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                               std::to_string(vocab) + ") or a media placeholder");
+    if (static_cast<int64_t>(request.prompt_ids.size()) > ctx)
+      return OutOfRange("the prompt needs " + std::to_string(request.prompt_ids.size()) +
+                        " tokens but the model's context holds " + std::to_string(ctx));
+    seq->prompt.ids = std::move(request.prompt_ids);
+    seq->prompt.count.text_tokens = seq->prompt.count.total_tokens = static_cast<int64_t>(seq->prompt.ids.size());
+    seq->prompt.mode = LoraModeForInputs(po.conversation_has_image, po.conversation_has_audio);
+    seq->prompt.audio_with_image = po.conversation_has_image;
+  } else {
+    auto pre = PreprocessPrompt(m.config(), m.tokenizer(), request.prompt, request.media, po, ctx);
+    if (!pre.ok()) return pre.status();
+    seq->prompt = std::move(pre).value();
+  }
   const int64_t n = static_cast<int64_t>(seq->prompt.ids.size());
   if (n == 0) return InvalidArgument("the prompt is empty");
-  const int64_t ctx = m.context_length();
   seq->positions = std::min(ctx, n + request.generate.max_new_tokens);
   const int64_t need = KvBytesFor(seq->positions);
   if (need > st_->budget.limit()) {
@@ -154,6 +170,7 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   seq->tokens = seq->prompt.ids;
   seq->stop_ids = request.generate.stop_ids.empty() ? cfg.generation.eos_token_ids : request.generate.stop_ids;
   seq->sampler.emplace(request.generate.sampling, m.tokenizer().vocab_size());
+  seq->sampler->SetPromptLength(static_cast<size_t>(n));
   seq->answer.emplace(m.tokenizer(), request.generate.stop_strings);
   seq->result.count = seq->prompt.count;
   seq->req = std::move(request);

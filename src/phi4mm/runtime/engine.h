@@ -48,10 +48,12 @@ struct EngineOptions {
 struct StreamEvent {
   std::string_view text;
   int32_t token = -1;
+  const TokenLogprobs* logprobs = nullptr;  // when the request asked for log-probabilities
 };
 
 struct EngineRequest {
   std::string prompt;            // rendered with the chat template; <|image_N|> / <|audio_N|> placeholders
+  std::vector<int32_t> prompt_ids;  // or the prompt as token ids (used when `prompt` is empty; no media)
   MediaInputs media;
   PromptOptions prompt_options;  // dynamic_hd, conversation media flags (token_budget is ignored)
   GenerateOptions generate;

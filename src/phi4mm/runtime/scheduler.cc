@@ -183,6 +183,11 @@ void OnLogits(const Model& m, State& st, Seq& s, float* logits, int64_t vocab) {
   const std::span<float> row(logits, static_cast<size_t>(vocab));
   if (s.req.on_logits) s.req.on_logits(row);
   const int32_t id = s.sampler->Next(row, s.tokens);
+  const TokenLogprobs* lp = nullptr;
+  if (s.sampler->records_logprobs()) {
+    g.logprobs.push_back(s.sampler->last_logprobs());
+    lp = &g.logprobs.back();
+  }
   s.tokens.push_back(id);
   g.tokens.push_back(id);
   if (!s.has_first_token) {
@@ -194,7 +199,7 @@ void OnLogits(const Model& m, State& st, Seq& s, float* logits, int64_t vocab) {
     return Complete(st, s, FinishReason::kEos);
   if (s.answer->Push(id)) return Complete(st, s, FinishReason::kStopString);
   const std::string_view ready = s.answer->TakeReady();
-  if (s.req.on_event && !s.req.on_event(StreamEvent{ready, id})) return Complete(st, s, FinishReason::kCancelled);
+  if (s.req.on_event && !s.req.on_event(StreamEvent{ready, id, lp})) return Complete(st, s, FinishReason::kCancelled);
   if (static_cast<int64_t>(g.tokens.size()) >= go.max_new_tokens) return Complete(st, s, FinishReason::kMaxTokens);
 }
 

@@ -26,11 +26,11 @@ const char* FinishReasonName(FinishReason r) {
   return "?";
 }
 
-Status GenerateOptions::Validate() const {
+Status GenerateOptions::Validate(int64_t vocab_size) const {
   if (max_new_tokens < 0) return InvalidArgument("max new tokens must be >= 0");
   for (const auto& s : stop_strings)
     if (s.empty()) return InvalidArgument("stop strings must not be empty");
-  return sampling.Validate();
+  return sampling.Validate(vocab_size);
 }
 
 Session::Session(std::shared_ptr<const Model> model)
@@ -141,7 +141,7 @@ Status Session::Append(std::span<const int32_t> ids, LoraMode mode, const MediaF
 Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, LoraMode mode,
                                          const GenerateOptions& opts, const StreamCallback& on_text,
                                          const MediaFeatures* media) {
-  PHI4MM_RETURN_IF_ERROR(opts.Validate());
+  PHI4MM_RETURN_IF_ERROR(opts.Validate(model_->embedding().vocab_size()));
   GenerateResult res;
   const int64_t cached_before = cache_.length();
   auto t0 = std::chrono::steady_clock::now();
@@ -164,6 +164,7 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
       break;
     }
     const int32_t id = sampler.Next(std::span(logits_), tokens_);
+    if (sampler.records_logprobs()) res.logprobs.push_back(sampler.last_logprobs());
     tokens_.push_back(id);
     media_row_.push_back(-1);
     res.tokens.push_back(id);

@@ -29,7 +29,8 @@ struct GenerateOptions {
   SamplingOptions sampling;
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
   std::vector<int32_t> stop_ids;          // empty = generation_config.json's eos ids
-  Status Validate() const;
+  // `vocab_size` > 0 also checks the logit-bias ids against the vocabulary.
+  Status Validate(int64_t vocab_size = 0) const;
 };
 
 struct GenerateResult {
@@ -39,6 +40,8 @@ struct GenerateResult {
   int64_t prompt_tokens = 0;    // tokens processed for the prompt of this request
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t decode_steps = 0;
+  // Per generated token when sampling.logprobs or top_logprobs asks for them (Sampler::last_logprobs).
+  std::vector<TokenLogprobs> logprobs;
 };
 
 // Image and audio features for the placeholder tokens of a prompt: row k of `image` [n, hidden]

@@ -1,0 +1,64 @@
+// Benchmark helpers: timing, resident memory, random prompts, decode bytes and multiply-adds.
+#include "bench_util.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "phi4mm/tokenizer/chat_format.h"
+
+namespace phi4mm::cli {
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+int64_t PeakRssBytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+int64_t CurrentRssBytes() {
+  std::ifstream f("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  if (!(f >> size >> resident)) return 0;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+std::vector<int32_t> RandomIds(std::mt19937& rng, int64_t n, int64_t vocab) {
+  const int32_t hi = static_cast<int32_t>(std::min<int64_t>(vocab, 199999)) - 1;
+  std::uniform_int_distribution<int32_t> d(0, std::max(hi, 0));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t& id : ids) {
+    do id = d(rng);
+    while (id == kImageTokenId || id == kAudioTokenId);
+  }
+  return ids;
+}
+
+double AdapterBytes(const Decoder& dec, LoraMode mode) {
+  double b = 0;
+  for (const auto& L : dec.layers())
+    for (const LoraLinear* l : {&L.qkv, &L.o, &L.gate_up, &L.down})
+      if (const LoraAdapter* a = l->adapter(mode)) b += static_cast<double>(a->a.bytes() + a->b.bytes());
+  return b;
+}
+
+double DecodeWeightBytes(const Decoder& dec, LoraMode mode) {
+  // weight_bytes() counts an untied lm_head; a tied one is the embedding table.
+  double b = static_cast<double>(dec.weight_bytes(false));
+  if (dec.config().tie_word_embeddings)
+    b += static_cast<double>(dec.lm_head().bytes());
+  return b + AdapterBytes(dec, mode);
+}
+
+double LinearMacsPerToken(const Decoder& dec) {
+  double m = 0;
+  for (const auto& L : dec.layers())
+    for (const LoraLinear* l : {&L.qkv, &L.o, &L.gate_up, &L.down})
+      m += static_cast<double>(l->out_features()) * static_cast<double>(l->in_features());
+  return m;
+}
+
+}  // namespace phi4mm::cli

@@ -1,0 +1,28 @@
+// Helpers shared by the benchmark commands (cmd_bench.cc, cmd_bench_batch.cc): timing, resident
+// memory, random prompts, and what a decode step reads and computes for a loaded decoder.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "phi4mm/models/decoder.h"
+
+namespace phi4mm::cli {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0);
+int64_t PeakRssBytes();
+int64_t CurrentRssBytes();
+// Ordinary (non-placeholder) token ids.
+std::vector<int32_t> RandomIds(std::mt19937& rng, int64_t n, int64_t vocab);
+// Bytes of the adapters of `mode` (what that mode adds to memory and to every decode step).
+double AdapterBytes(const Decoder& dec, LoraMode mode);
+// Bytes one decode step reads in `mode`: every linear base matrix, the adapter of `mode`, the
+// lm_head and the norms (the KV cache is added by the caller).
+double DecodeWeightBytes(const Decoder& dec, LoraMode mode);
+// Linear multiply-adds per decoder position (base matrices only).
+double LinearMacsPerToken(const Decoder& dec);
+
+}  // namespace phi4mm::cli

@@ -1,0 +1,301 @@
+// `phi4mm bench --concurrency N[,N...]`: the batched engine under load, on random token ids so any
+// checkpoint works. For each N it runs N text streams at once (prompt of --prompt-tokens, then
+// --decode-tokens each) and reports the aggregate decode tok/s over the window where all N decode,
+// the per-stream inter-token latency, the KV bytes reserved, and the ratio to one stream; then
+// the same batch with the streams spread over the three LoRA modes (none / vision / speech) against
+// the text-only batch; and the time to first token of an image request submitted while N streams
+// decode, with the longest gap the streams saw meanwhile. Ceilings as in `phi4mm bench`: the read
+// bandwidth bounds one stream (bytes per step ÷ bandwidth), the int8 / f32 peak bounds a batch.
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <numeric>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+#include "cli_common.h"
+#include "phi4mm/kernels/machine_peaks.h"
+#include "phi4mm/runtime/engine.h"
+
+namespace phi4mm::cli {
+
+namespace {
+
+struct StreamTimes {
+  std::mutex mu;
+  std::vector<Clock::time_point> tokens;
+};
+
+struct BatchRun {
+  double aggregate_tps = 0;       // tokens/s over the window where every stream decodes
+  double itl_mean_ms = 0, itl_p50_ms = 0, itl_max_ms = 0;
+  double ttft_mean_s = 0;
+  int64_t kv_reserved = 0;
+  double image_ttft_s = -1;       // when an image request was added
+  double stall_max_ms = 0;        // longest gap of a text stream while the image was encoded
+  Status status;
+};
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
+// Runs n streams; modes[i % modes.size()] picks each stream's LoRA mode. With `image` set, an image
+// request is submitted once every stream decodes, and its time to first token is measured.
+BatchRun RunBatch(Engine& engine, std::mt19937& rng, int64_t n, int64_t prompt, int64_t decode,
+                  const std::vector<LoraMode>& modes, const Image* image) {
+  BatchRun out;
+  const int64_t vocab = engine.model().embedding().vocab_size();
+  std::vector<std::unique_ptr<StreamTimes>> times;
+  std::vector<RequestHandle> handles;
+  std::vector<Clock::time_point> submitted;
+  std::mutex kv_mu;
+  int64_t kv_seen = 0;
+  Engine* e = &engine;
+  // Whatever way this returns, no request may outlive the state its callbacks write to.
+  struct EndAll {
+    std::vector<RequestHandle>* hs;
+    ~EndAll() {
+      for (RequestHandle& h : *hs) h.Cancel();
+      for (RequestHandle& h : *hs) (void)h.Wait();
+    }
+  } end_all{&handles};
+  for (int64_t i = 0; i < n; ++i) {
+    times.push_back(std::make_unique<StreamTimes>());
+    EngineRequest r;
+    r.prompt_ids = RandomIds(rng, prompt, vocab);
+    r.generate.max_new_tokens = decode;
+    r.generate.stop_ids = {-1};
+    const LoraMode m = modes[static_cast<size_t>(i) % modes.size()];
+    r.prompt_options.conversation_has_image = m == LoraMode::kVision;
+    r.prompt_options.conversation_has_audio = m == LoraMode::kSpeech;
+    StreamTimes* t = times.back().get();
+    r.on_event = [t, e, &kv_mu, &kv_seen](const StreamEvent& ev) {
+      if (ev.token < 0) return true;
+      {
+        std::lock_guard<std::mutex> l(t->mu);
+        t->tokens.push_back(Clock::now());
+      }
+      const int64_t kv = e->stats().kv_reserved_bytes;
+      std::lock_guard<std::mutex> l(kv_mu);
+      kv_seen = std::max(kv_seen, kv);
+      return true;
+    };
+    submitted.push_back(Clock::now());
+    auto h = engine.Submit(std::move(r));
+    if (!h.ok()) {
+      out.status = h.status();
+      return out;
+    }
+    handles.push_back(*h);
+  }
+  std::optional<RequestHandle> img_handle;
+  Clock::time_point img_submit;
+  if (image != nullptr) {
+    // Wait until every stream has its first token, then add the image request.
+    for (;;) {
+      bool all = true;
+      for (auto& t : times) {
+        std::lock_guard<std::mutex> l(t->mu);
+        all = all && !t->tokens.empty();
+      }
+      if (all) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    EngineRequest r;
+    r.prompt = "<|user|><|image_1|>Describe the picture.<|end|><|assistant|>";
+    r.media.images.push_back(*image);
+    r.generate.max_new_tokens = 1;
+    img_submit = Clock::now();
+    auto h = engine.Submit(std::move(r));
+    if (!h.ok()) {
+      out.status = h.status();
+      return out;
+    }
+    img_handle = *h;
+    handles.push_back(*h);
+  }
+  for (size_t i = 0; i < times.size(); ++i) {
+    auto r = handles[i].Wait();
+    if (!r.ok()) {
+      out.status = r.status();
+      return out;
+    }
+  }
+  if (img_handle) {
+    auto r = img_handle->Wait();
+    if (!r.ok()) {
+      out.status = r.status();
+      return out;
+    }
+    out.image_ttft_s = r->time_to_first_token;
+  }
+  // The window where every stream decodes: from the last first token to the first last token.
+  Clock::time_point begin = Clock::time_point::min(), end = Clock::time_point::max();
+  double ttft = 0;
+  for (size_t i = 0; i < times.size(); ++i) {
+    const auto& tk = times[i]->tokens;
+    if (tk.size() < 2) continue;
+    begin = std::max(begin, tk.front());
+    end = std::min(end, tk.back());
+    ttft += std::chrono::duration<double>(tk.front() - submitted[i]).count();
+  }
+  out.ttft_mean_s = ttft / static_cast<double>(times.size());
+  int64_t in_window = 0;
+  std::vector<double> gaps;
+  const Clock::time_point img_done =
+      img_handle ? img_submit + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(out.image_ttft_s))
+                 : Clock::time_point::min();
+  for (auto& t : times) {
+    const auto& tk = t->tokens;
+    for (size_t k = 0; k < tk.size(); ++k) {
+      if (tk[k] > begin && tk[k] <= end) ++in_window;
+      if (k == 0) continue;
+      const double g = std::chrono::duration<double, std::milli>(tk[k] - tk[k - 1]).count();
+      if (tk[k - 1] >= begin && tk[k] <= end) gaps.push_back(g);
+      if (img_handle && tk[k] > img_submit && tk[k - 1] < img_done) out.stall_max_ms = std::max(out.stall_max_ms, g);
+    }
+  }
+  const double window = std::chrono::duration<double>(end - begin).count();
+  out.aggregate_tps = window > 0 ? static_cast<double>(in_window) / window : 0;
+  if (!gaps.empty()) {
+    out.itl_mean_ms = std::accumulate(gaps.begin(), gaps.end(), 0.0) / static_cast<double>(gaps.size());
+    out.itl_p50_ms = Percentile(gaps, 0.5);
+    out.itl_max_ms = *std::max_element(gaps.begin(), gaps.end());
+  }
+  out.kv_reserved = kv_seen;
+  return out;
+}
+
+std::string Fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+int BatchBenchCommand(const BenchFlags& f) {
+  std::vector<int64_t> ns;
+  {
+    std::stringstream ss(f.concurrency);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      char* endp = nullptr;
+      const long v = std::strtol(item.c_str(), &endp, 10);
+      if (item.empty() || *endp != '\0' || v < 1 || v > 256)
+        return ReportError(InvalidArgument("--concurrency takes numbers of streams from 1 to 256 separated by commas, got '" +
+                                           f.concurrency + "'"));
+      ns.push_back(v);
+    }
+  }
+  if (std::find(ns.begin(), ns.end(), 1) == ns.end()) ns.insert(ns.begin(), 1);  // the baseline
+  if (f.prompt_tokens < 1 || f.decode_tokens < 2 || f.prefill_chunk < 1)
+    return ReportError(InvalidArgument("--prompt-tokens must be >= 1, --decode-tokens >= 2, --prefill-chunk >= 1"));
+  nlohmann::json j;
+  MachinePeaks peaks;
+  {
+    ThreadPool pool(f.model.threads);
+    peaks = MeasureMachinePeaks(&pool);
+  }
+  auto loaded = LoadModel(f.model);
+  if (!loaded.ok()) return ReportError(loaded.status());
+  const std::shared_ptr<const Model> model = *loaded;
+  const Decoder& dec = model->decoder();
+  const int64_t max_n = *std::max_element(ns.begin(), ns.end());
+  EngineOptions eo;
+  eo.max_running = max_n + 1;
+  eo.max_queue = max_n + 1;
+  eo.prefill_chunk = f.prefill_chunk;
+  eo.prefix_cache_bytes = 0;  // random prompts never share a prefix
+  auto engine = Engine::Start(model, eo);
+  if (!engine.ok()) return ReportError(engine.status());
+  std::mt19937 rng(4321);
+  // Warm-up: page in every decoder weight and both adapters.
+  RunBatch(**engine, rng, 3, 8, 2, {LoraMode::kNone, LoraMode::kVision, LoraMode::kSpeech}, nullptr);
+
+  const bool block = IsBlockFormat(dec.layers().front().qkv.base().format());
+  const double compute_gops = block ? 2 * peaks.int8_gmac_per_s : peaks.f32_gflop_per_s;
+  const double read_gbps = std::max(peaks.read_gb_per_s, MeasureReadBandwidth(model->pool(), PeakOptions{}));
+  const double step_bytes = DecodeWeightBytes(dec, LoraMode::kNone);
+  const double flop_per_row = 2 * LinearMacsPerToken(dec) + 2.0 * static_cast<double>(dec.lm_head().rows()) *
+                                                                static_cast<double>(dec.config().hidden_size);
+  j["machine"] = {{"threads", peaks.threads},
+                  {"isa", peaks.isa},
+                  {"read_gb_per_s", read_gbps},
+                  {"compute_gop_per_s", compute_gops}};
+  j["runs"] = nlohmann::json::array();
+  double base_tps = 0;
+  std::printf("phi4mm bench --concurrency: %s, %d threads, prompt %lld, decode %lld tokens per stream, prefill chunk %lld\n",
+              peaks.isa, peaks.threads, static_cast<long long>(f.prompt_tokens),
+              static_cast<long long>(f.decode_tokens), static_cast<long long>(f.prefill_chunk));
+  std::printf("ceilings: read %.1f GB/s -> one stream %.2f tok/s; compute %.0f GOP/s -> %.1f tok/s for a full batch\n",
+              read_gbps, read_gbps * 1e9 / step_bytes, compute_gops, compute_gops * 1e9 / flop_per_row);
+  std::printf("%-6s %-8s %10s %8s %10s %10s %10s %10s %12s\n", "N", "lora", "agg tok/s", "x one", "itl ms",
+              "itl p50", "itl max", "ttft s", "KV MiB");
+  for (int64_t n : ns) {
+    for (int mixed = 0; mixed < (n >= 3 && f.lora == "all" ? 2 : 1); ++mixed) {
+      const std::vector<LoraMode> modes = mixed ? std::vector<LoraMode>{LoraMode::kNone, LoraMode::kVision, LoraMode::kSpeech}
+                                                : std::vector<LoraMode>{LoraMode::kNone};
+      BatchRun best;
+      for (int round = 0; round < f.rounds; ++round) {
+        BatchRun r = RunBatch(**engine, rng, n, f.prompt_tokens, f.decode_tokens, modes, nullptr);
+        if (!r.status.ok()) return ReportError(r.status);
+        if (r.aggregate_tps > best.aggregate_tps) best = r;
+      }
+      if (n == 1 && !mixed) base_tps = best.aggregate_tps;
+      // Ceiling of a batch: the bytes of one step (adapters of the modes present) over the
+      // bandwidth, or n rows of multiply-adds over the compute peak, whichever is slower.
+      double bytes = step_bytes;
+      if (mixed) bytes += AdapterBytes(dec, LoraMode::kVision) + AdapterBytes(dec, LoraMode::kSpeech);
+      const double step_s = std::max(bytes / (read_gbps * 1e9), static_cast<double>(n) * flop_per_row / (compute_gops * 1e9));
+      const double ceil_tps = static_cast<double>(n) / step_s;
+      j["runs"].push_back({{"streams", n},
+                           {"lora", mixed ? "mixed" : "none"},
+                           {"aggregate_tok_per_s", best.aggregate_tps},
+                           {"ratio_to_one_stream", best.aggregate_tps / base_tps},
+                           {"ceiling_tok_per_s", ceil_tps},
+                           {"itl_mean_ms", best.itl_mean_ms},
+                           {"itl_p50_ms", best.itl_p50_ms},
+                           {"itl_max_ms", best.itl_max_ms},
+                           {"ttft_mean_s", best.ttft_mean_s},
+                           {"kv_reserved_bytes", best.kv_reserved}});
+      std::printf("%-6lld %-8s %10.2f %8.2f %10.1f %10.1f %10.1f %10.2f %12.1f   (ceiling %.1f tok/s)\n",
+                  static_cast<long long>(n), mixed ? "mixed" : "none", best.aggregate_tps, best.aggregate_tps / base_tps,
+                  best.itl_mean_ms, best.itl_p50_ms, best.itl_max_ms, best.ttft_mean_s,
+                  static_cast<double>(best.kv_reserved) / (1 << 20), ceil_tps);
+    }
+  }
+  if (f.vision_crops > 0) {
+    const ModelConfig& mc = model->config();
+    Image img;
+    // (448·crops) x 224: `crops` HD crops plus the global view through the encoder, with half of
+    // each HD crop's rows in the prompt (so it also fits the tiny fixture's 512-token context).
+    img.width = mc.vision.crop_size * f.vision_crops;
+    img.height = mc.vision.crop_size / 2;
+    img.rgb.resize(static_cast<size_t>(img.width * img.height * 3));
+    for (uint8_t& b : img.rgb) b = static_cast<uint8_t>(rng());
+    for (int64_t n : ns) {
+      BatchRun r = RunBatch(**engine, rng, n, f.prompt_tokens, f.decode_tokens * 4, {LoraMode::kNone}, &img);
+      if (!r.status.ok()) return ReportError(r.status);
+      j["image_while_decoding"].push_back(
+          {{"streams", n}, {"image_ttft_s", r.image_ttft_s}, {"stream_stall_max_ms", r.stall_max_ms}});
+      std::printf("image (%lld crop%s) submitted while %lld streams decode: time to first token %.2f s, longest "
+                  "stream gap meanwhile %.0f ms\n",
+                  static_cast<long long>(f.vision_crops), f.vision_crops == 1 ? "" : "s", static_cast<long long>(n),
+                  r.image_ttft_s, r.stall_max_ms);
+    }
+  }
+  const EngineStats st = (*engine)->stats();
+  j["engine"] = {{"steps", st.steps}, {"batch_rows", st.batch_rows}, {"vision_crops", st.vision_crops}};
+  j["peak_rss_bytes"] = PeakRssBytes();
+  std::printf("peak RSS %s GB\n", Fmt("%.2f", static_cast<double>(PeakRssBytes()) / 1e9).c_str());
+  if (f.json) std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace phi4mm::cli
