@@ -55,7 +55,8 @@ class VisionModel {
   // close to float, see tests/vision_quant_test.cc, and its GEMMs are compute-bound, not read-bound).
   static std::optional<WeightFormat> EncoderLinearFormat(QuantMode quant);
   // Features for the image's placeholder tokens: [image.num_tokens, text hidden_size]. All crops of
-  // the image go through the encoder as one batch. Taps use `tap_prefix` (e.g. "image.0.").
+  // the image go through the encoder in groups of 4 (one batch with a tap). Taps use `tap_prefix`
+  // (e.g. "image.0.").
   Result<std::vector<float>> Encode(const ProcessedImage& image, ThreadPool* pool, TensorTap* tap,
                                     const std::string& tap_prefix) const;
   // Checks the processed image and starts a resumable encoding of it (Encode is StartEncode, one
