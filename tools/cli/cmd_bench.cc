@@ -66,10 +66,15 @@ void BenchFlags::Register(CLI::App* app) {
   app->add_option("--prefill-chunk", prefill_chunk, "With --concurrency: prompt rows per engine step")
       ->capture_default_str();
   app->add_option("--rounds", rounds, "With --concurrency: runs per figure (the best is kept)")->capture_default_str();
+  app->add_option("--long-prompt", long_prompt,
+                  "With --concurrency: instead, prefill one prompt of this many positions and report peak RSS against "
+                  "the weights and its KV cache");
+  app->add_option("--long-prompt-seconds", long_prompt_seconds,
+                  "With --long-prompt: stop the prefill after this long (0 = run it whole)");
 }
 
 int BenchCommand(const BenchFlags& f) {
-  if (!f.concurrency.empty()) return BatchBenchCommand(f);
+  if (!f.concurrency.empty() || f.long_prompt > 0) return BatchBenchCommand(f);
   const std::optional<QuantMode> quant = ParseQuantMode(f.model.quant);
   if (!quant) return ReportError(InvalidArgument("--quant must be none, bf16, q8 or q4, got '" + f.model.quant + "'"));
   const Result<std::optional<KvDType>> kv = ParseKvDTypeFlag(f.model.kv_dtype);

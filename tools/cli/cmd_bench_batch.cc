@@ -11,6 +11,7 @@
 #include <mutex>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -177,6 +178,66 @@ std::string Fmt(const char* f, double v) {
   return buf;
 }
 
+// One prompt of `positions` random ids through the engine in prefill chunks, with the resident set
+// sampled every 50 ms: peak RSS against the weights and the request's KV reservation. Stops at
+// `seconds` (the deadline) if the prefill is not done by then; what was prefilled is reported.
+int LongPromptMemory(const std::shared_ptr<const Model>& model, const BenchFlags& f) {
+  EngineOptions eo;
+  eo.max_running = 1;
+  eo.prefill_chunk = f.prefill_chunk;
+  eo.prefix_cache_bytes = 0;
+  auto engine = Engine::Start(model, eo);
+  if (!engine.ok()) return ReportError(engine.status());
+  std::mt19937 rng(99);
+  // Warm-up so the decoder's weights are resident before the baseline is read.
+  {
+    EngineRequest w;
+    w.prompt_ids = RandomIds(rng, 8, model->embedding().vocab_size());
+    w.generate.max_new_tokens = 2;
+    auto h = (*engine)->Submit(std::move(w));
+    if (!h.ok()) return ReportError(h.status());
+    if (auto r = h->Wait(); !r.ok()) return ReportError(r.status());
+  }
+  const int64_t before = CurrentRssBytes();
+  EngineRequest r;
+  r.prompt_ids = RandomIds(rng, f.long_prompt, model->embedding().vocab_size());
+  r.generate.max_new_tokens = 1;
+  if (f.long_prompt_seconds > 0)
+    r.deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(f.long_prompt_seconds * 1000));
+  const auto t0 = Clock::now();
+  auto h = (*engine)->Submit(std::move(r));
+  if (!h.ok()) return ReportError(h.status());
+  int64_t peak = before, kv = 0, rows_at_peak = 0;
+  std::vector<std::pair<double, int64_t>> samples;  // (seconds, rss) once per ~10 s
+  double next_sample = 0;
+  while (!h->done()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int64_t rss = CurrentRssBytes();
+    const EngineStats st = (*engine)->stats();
+    kv = std::max(kv, st.kv_reserved_bytes);
+    if (rss > peak) {
+      peak = rss;
+      rows_at_peak = st.prefill_rows;
+    }
+    if (Since(t0) >= next_sample) {
+      samples.push_back({Since(t0), rss});
+      next_sample += 10;
+    }
+  }
+  auto res = h->Wait();
+  if (!res.ok()) return ReportError(res.status());
+  const EngineStats st = (*engine)->stats();
+  const double gb = 1e9;
+  std::printf("long prompt: %lld positions requested, %lld prefilled in %.0f s (%s), prefill chunk %lld\n",
+              static_cast<long long>(f.long_prompt), static_cast<long long>(st.prefill_rows - 8), Since(t0),
+              FinishReasonName(res->generation.finish), static_cast<long long>(f.prefill_chunk));
+  std::printf("RSS: %.2f GB with the weights resident before the request; KV reserved %.2f GB; peak %.2f GB "
+              "(after %lld rows) = weights + KV + %.2f GB\n",
+              before / gb, kv / gb, peak / gb, static_cast<long long>(rows_at_peak), (peak - before - kv) / gb);
+  for (const auto& [t, rss] : samples) std::printf("  t=%5.0f s  RSS %.2f GB\n", t, rss / gb);
+  return 0;
+}
+
 }  // namespace
 
 int BatchBenchCommand(const BenchFlags& f) {
@@ -205,6 +266,7 @@ int BatchBenchCommand(const BenchFlags& f) {
   auto loaded = LoadModel(f.model);
   if (!loaded.ok()) return ReportError(loaded.status());
   const std::shared_ptr<const Model> model = *loaded;
+  if (f.long_prompt > 0) return LongPromptMemory(model, f);
   const Decoder& dec = model->decoder();
   const int64_t max_n = *std::max_element(ns.begin(), ns.end());
   EngineOptions eo;

@@ -34,6 +34,10 @@ struct TileArgs {
   float* y = nullptr;
   int64_t ldy = 0;
   bool accumulate = false;
+  // Software-prefetch a later weight tile while this one runs (GEMV tiles always do): set for the
+  // first activation tile of each weight tile, so a small batch (a batched decode step) streams the
+  // weights with prefetch as one row does, while tiles that reuse cached rows issue none.
+  bool prefetch = false;
 };
 
 using TileFn = void (*)(const TileArgs& t);

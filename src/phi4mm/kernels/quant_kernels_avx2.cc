@@ -83,7 +83,7 @@ struct FloatImpl {
     for (int i = 0; i < N; ++i) x[i] = reinterpret_cast<const float*>(t.a + i * t.a_stride);
     const int64_t k8 = t.cols & ~int64_t{7};
     for (int64_t k = 0; k < k8; k += 8) {
-      if constexpr (N == 1) {
+      if (N == 1 || t.prefetch) {
         if (k % 32 == 0) PrefetchNextTile(t, R, k / 32, R * 32 * L::kBytes);
       }
       __m256 w[R];
@@ -117,7 +117,7 @@ struct Q8Impl {
     const __m256i ones = _mm256_set1_epi16(1);
     const int64_t nb = CeilDiv(t.cols, kQ8Block);
     for (int64_t b = 0; b < nb; ++b) {
-      if constexpr (N == 1) {
+      if (N == 1 || t.prefetch) {
         if (b % 2 == 0) PrefetchNextTile(t, R, b / 2, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
       }
       for (int r = 0; r < R; ++r) {
@@ -160,7 +160,7 @@ struct Q4KImpl {
     const __m256i ones = _mm256_set1_epi16(1);
     const int64_t nb = CeilDiv(t.cols, kQ4KBlock);
     for (int64_t b = 0; b < nb; ++b) {
-      if constexpr (N == 1) PrefetchNextTile(t, R, b, R * static_cast<int64_t>(sizeof(BlockQ4K)));
+      if (N == 1 || t.prefetch) PrefetchNextTile(t, R, b, R * static_cast<int64_t>(sizeof(BlockQ4K)));
       __m256i s16[R][N];
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {

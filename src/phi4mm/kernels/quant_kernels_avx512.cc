@@ -59,7 +59,7 @@ struct Q4KVnniImpl {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const int64_t nb = Blocks(t.cols);
     for (int64_t b = 0; b < nb; ++b) {
-      if constexpr (N == 1) PrefetchNextTile(t, R, b, R * static_cast<int64_t>(sizeof(BlockQ4K)));
+      if (N == 1 || t.prefetch) PrefetchNextTile(t, R, b, R * static_cast<int64_t>(sizeof(BlockQ4K)));
       __m256i s32[R][N];
       for (int r = 0; r < R; ++r)
         for (int i = 0; i < N; ++i) s32[r][i] = _mm256_setzero_si256();
@@ -114,7 +114,7 @@ struct Q8VnniImpl {
     for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8*>(t.a + i * t.a_stride);
     const int64_t nb = (t.cols + kQ8Block - 1) / kQ8Block;
     for (int64_t b = 0; b < nb; ++b) {
-      if constexpr (N == 1) {
+      if (N == 1 || t.prefetch) {
         if (b % 2 == 0) PrefetchNextTile(t, R, b / 2, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
       }
       for (int r = 0; r < R; ++r) {
