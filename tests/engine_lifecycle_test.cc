@@ -89,7 +89,9 @@ TEST(EngineLifecycle, HandleCancelEndsQueuedAndRunningRequests) {
   while (tokens < 2) std::this_thread::sleep_for(1ms);
   auto queued = engine->Submit(Request(kPrompt, 10));
   ASSERT_TRUE(queued.ok());
-  std::this_thread::sleep_for(20ms);
+  // The engine thread moves it to the waiting list at its next iteration (a step can take a while
+  // under the sanitizers).
+  for (int i = 0; i < 20000 && engine->stats().waiting != 1; ++i) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(engine->stats().waiting, 1);
   EXPECT_EQ(engine->stats().kv_reserved_bytes, engine->KvBytesFor(engine->model().context_length()));
   queued->Cancel();
