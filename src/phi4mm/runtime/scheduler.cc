@@ -94,6 +94,21 @@ bool Admit(const Model& m, State& st, Seq& s) {
 }
 
 // One slice of encoder work for the first request that needs it; false when none does.
+// The end of an encoder job (vision or speech): its features, shared with the media cache under
+// `key`, and one more encoder run counted for the request and for the engine.
+template <class Job>
+Result<MediaCache::Features> FinishEncode(const Model& m, State& st, Job& job, const Digest& key,
+                                          int64_t& request_count, int64_t& engine_count) {
+  auto f = job.Finish(m.pool());
+  if (!f.ok()) return f.status();
+  MediaCache::Features done = std::make_shared<const std::vector<float>>(std::move(f).value());
+  st.media.Insert(key, done);
+  ++request_count;
+  std::lock_guard<std::mutex> l(st.mu);
+  ++engine_count;
+  return done;
+}
+
 bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
   for (auto& sp : st.running) {
     Seq& s = *sp;
@@ -125,14 +140,9 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
         st.counters.vision_crops += job.crops_done() - before;
       }
       if (job.encoded()) {
-        auto f = job.Finish(m.pool());
+        auto f = FinishEncode(m, st, job, s.image_keys[idx], s.result.images_encoded, st.counters.images_encoded);
         if (!f.ok()) return fail(f.status(), what);
-        done = std::make_shared<const std::vector<float>>(std::move(f).value());
-        s.image_feat[idx] = done;
-        st.media.Insert(s.image_keys[idx], done);
-        ++s.result.images_encoded;
-        std::lock_guard<std::mutex> l(st.mu);
-        ++st.counters.images_encoded;
+        done = s.image_feat[idx] = *f;
       }
     } else {
       const std::string what = "audio " + std::to_string(idx + 1);
@@ -152,14 +162,9 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
         st.counters.speech_blocks += job.blocks_done() - before;
       }
       if (job.encoded()) {
-        auto f = job.Finish(m.pool());
+        auto f = FinishEncode(m, st, job, s.audio_keys[idx], s.result.audios_encoded, st.counters.audios_encoded);
         if (!f.ok()) return fail(f.status(), what);
-        done = std::make_shared<const std::vector<float>>(std::move(f).value());
-        s.audio_feat[idx] = done;
-        st.media.Insert(s.audio_keys[idx], done);
-        ++s.result.audios_encoded;
-        std::lock_guard<std::mutex> l(st.mu);
-        ++st.counters.audios_encoded;
+        done = s.audio_feat[idx] = *f;
       }
     }
     if (done) {
