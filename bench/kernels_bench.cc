@@ -149,7 +149,7 @@ void BM_TileShape(benchmark::State& state) {
   const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
   MatMulKernels k = Kernels();
   const int R = static_cast<int>(state.range(4)), N = static_cast<int>(state.range(5));
-  k.shape[static_cast<int>(f)] = {R, R, N};
+  k.shape[static_cast<int>(f)] = {R, R, N, R, N};
   const WeightMatrix& w = Weights(rows, cols, f);
   const std::vector<float> x = Activations(n, cols);
   std::vector<float> y(static_cast<size_t>(n * rows));

@@ -2,7 +2,7 @@
 // format (half a step of the stored scale), activation quantizers bit-identical across ISAs, the
 // scalar kernels against a double-precision reference with the analytic activation-rounding bound,
 // and every kernel table this CPU runs against the scalar table, for every format, on odd shapes
-// and column tails (rows 1..130, cols 32..4304, n = 1..17), with accumulate and threads. Q4_K
+// and column tails (rows 1..130, cols 32..4304, n = 1..17: GEMV, the batch tiles, GEMM), with accumulate and threads. Q4_K
 // also: the interleaved block order spelled out, and the int16 accumulation bound hit exactly.
 #include <gtest/gtest.h>
 
@@ -174,7 +174,7 @@ TEST(QuantKernels, EveryIsaMatchesScalar) {
         for (int64_t cols : {32, 48, 64, 96, 300, 4304}) {
           if (cols == 4304 && rows > 33) continue;
           const WeightMatrix w = Make(rows, cols, f, static_cast<uint32_t>(rows * 7 + cols));
-          for (int64_t n : {1, 2, 3, 4, 5, 8, 17}) {
+          for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17}) {
             const std::vector<float> x = Random(static_cast<size_t>(n * cols), static_cast<uint32_t>(n + cols), 1.0f);
             std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), 0.5f), acc(want.size(), 0.5f);
             w.MatMulWith(ScalarKernels(), x.data(), n, want.data(), nullptr);

@@ -98,7 +98,7 @@ MatMulKernels MakeScalar() {
   k.tile[static_cast<int>(WeightFormat::kF16)] = &FloatTile<WeightFormat::kF16>;
   k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Q8Tile;
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Q4KTile;
-  for (TileShape& s : k.shape) s = {4, 4, 4};
+  for (TileShape& s : k.shape) s = {4, 4, 4, 4, 4};
   k.quantize_a8 = &QuantA8;
   k.quantize_a8k = &QuantA8K;
   return k;

@@ -3,7 +3,7 @@
 // the single runtime dispatch point that picks one table for the process (ActiveKernels).
 //
 // A tile kernel computes y[i * ldy + r] (+)= dot(W row r, activation row i) for r < nr and
-// i < na, with nr, na in [1, kMaxTile], over all `cols` columns. Weight rows are in the matrix's
+// i < na, with nr in [1, kMaxTileRows] and na in [1, kMaxTileActs], over all `cols` columns. Weight rows are in the matrix's
 // storage format (rows `w_stride` bytes apart). Activation rows are float32 for the f32/bf16/f16
 // formats, and pre-quantized blocks for the block formats (A8 rows for Q8_0, A8K rows for Q4_K),
 // `a_stride` bytes apart. Kernels are stateless and thread-safe.
@@ -21,7 +21,11 @@ inline constexpr int kNumWeightFormats = 5;
 const char* WeightFormatName(WeightFormat f);
 inline bool IsBlockFormat(WeightFormat f) { return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4K; }
 
-inline constexpr int kMaxTile = 4;
+inline constexpr int kMaxTileRows = 4;
+inline constexpr int kMaxTileActs = 8;
+// Calls with 1 < n <= kSmallBatch activation rows (a batched decode step) use TileShape's batch
+// shape: all of them against each weight tile in one pass.
+inline constexpr int64_t kSmallBatch = 16;
 
 struct TileArgs {
   const uint8_t* w = nullptr;
@@ -44,12 +48,15 @@ using TileFn = void (*)(const TileArgs& t);
 // Quantizes one activation row of `cols` floats into A8 (or A8K) blocks at `out`.
 using QuantizeRowFn = void (*)(const float* x, int64_t cols, void* out);
 
-// Preferred tile shape for a format: weight rows per tile for n == 1 (GEMV), and weight rows x
-// activation rows for n > 1 (GEMM). All at most kMaxTile.
+// Preferred tile shape for a format: weight rows per tile for n == 1 (GEMV), weight rows x
+// activation rows for a small batch (1 < n <= kSmallBatch) and for a GEMM (prefill). Rows at most
+// kMaxTileRows, activation rows at most kMaxTileActs.
 struct TileShape {
   int gemv_r = 1;
   int gemm_r = 1;
   int gemm_n = 1;
+  int batch_r = 1;
+  int batch_n = 1;
 };
 
 struct MatMulKernels {
@@ -63,8 +70,8 @@ struct MatMulKernels {
 const MatMulKernels& ScalarKernels();
 // The AVX2+FMA+F16C table; only call its kernels when the CPU has those features.
 const MatMulKernels& Avx2Kernels();
-// The AVX-512 F/BW/VL/VNNI table (AVX2 entries, a vpdpbusd Q4_K tile); only call it when the CPU
-// has those features and AVX2+FMA+F16C.
+// The AVX-512 F/BW/VL/VNNI table (AVX2 entries, vpdpbusd Q4_K and Q8_0 tiles); only call it when
+// the CPU has those features and AVX2+FMA+F16C.
 const MatMulKernels& Avx512Kernels();
 // Every table this CPU can run, scalar first (for tests and benchmarks).
 std::vector<const MatMulKernels*> AvailableKernels();

@@ -12,6 +12,8 @@
 // round-to-nearest-even conversion).
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "phi4mm/kernels/avx2_reduce.h"
 #include "phi4mm/kernels/quant.h"
 #include "phi4mm/kernels/quant_kernels.h"
@@ -202,10 +204,22 @@ struct Q4KImpl {
   }
 };
 
-// Instantiates Impl::Run<R, N> for every nr, na in [1, kMaxTile].
+// Instantiates Impl::Run<R, N> for every nr, na in [1, 4] (16 ymm registers hold no wider tile);
+// more activation rows (up to kMaxTileActs) run as successive tiles of at most 4.
 template <class Impl>
 void Tile(const TileArgs& t) {
-  static_assert(kMaxTile == 4, "extend the switch with kMaxTile");
+  static_assert(kMaxTileRows == 4, "extend the switch with kMaxTileRows");
+  if (t.na > 4) {
+    TileArgs part = t;
+    for (int i = 0; i < t.na; i += 4) {
+      part.na = std::min(4, t.na - i);
+      part.a = t.a + static_cast<size_t>(i) * t.a_stride;
+      part.y = t.y + i * t.ldy;
+      part.prefetch = t.prefetch && i == 0;
+      Tile<Impl>(part);
+    }
+    return;
+  }
   switch ((t.nr - 1) * 4 + (t.na - 1)) {
     case 0: return Impl::template Run<1, 1>(t);
     case 1: return Impl::template Run<1, 2>(t);
@@ -321,13 +335,13 @@ constexpr MatMulKernels MakeAvx2() {
   k.tile[static_cast<int>(WeightFormat::kF16)] = &Tile<FloatImpl<F16Loader>>;
   k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8Impl>;
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KImpl>;
-  k.shape[static_cast<int>(WeightFormat::kF32)] = {4, 3, 4};
-  k.shape[static_cast<int>(WeightFormat::kBF16)] = {4, 3, 4};
-  k.shape[static_cast<int>(WeightFormat::kF16)] = {4, 3, 4};
-  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {4, 2, 4};
+  k.shape[static_cast<int>(WeightFormat::kF32)] = {4, 3, 4, 3, 4};
+  k.shape[static_cast<int>(WeightFormat::kBF16)] = {4, 3, 4, 3, 4};
+  k.shape[static_cast<int>(WeightFormat::kF16)] = {4, 3, 4, 3, 4};
+  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {4, 2, 4, 2, 4};
   // Q4_K, TileShape bench (1 thread, 16384x3072, n = 256; GMAC/s): 3x4 62, 4x4 62, 3x3 61,
   // 4x3 61, 2x4 59. GEMV: 4 rows 41, 2 rows 41, 1 row 38.
-  k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 3, 4};
+  k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 3, 4, 3, 4};
   k.quantize_a8 = &QuantA8;
   k.quantize_a8k = &QuantA8K;
   return k;

@@ -1,10 +1,12 @@
 // AVX-512 F/BW/VL/VNNI kernel table (compiled with -mavx2 -mfma -mf16c -mavx512f -mavx512bw
 // -mavx512vl -mavx512vnni; only reached through the dispatch in quant_kernels.cc when the CPU has
-// those features). It is the AVX2 table with the Q4_K x A8K tile replaced: on the
+// those features). It is the AVX2 table with the Q4_K x A8K and Q8_0 x A8 tiles replaced: on the
 // sub-block-interleaved block order (quant.h) vpdpbusd multiplies the unsigned nibbles by the
 // int8 activations and adds each group of 4 products straight into the int32 lane of its
-// sub-block, one instruction per 32 multiply-adds (AVX2 needs maddubs plus an int16 add). The
-// float formats, Q8_0 and the activation quantizers are the AVX2 table's.
+// sub-block, one instruction per 32 multiply-adds (AVX2 needs maddubs plus an int16 add). With 32
+// ymm registers a tile holds up to 8 activation rows, so a batched decode step of 8 sequences
+// unpacks each weight row once. The float formats and the activation quantizers are the AVX2
+// table's.
 #include <immintrin.h>
 
 #include "phi4mm/kernels/quant.h"
@@ -98,10 +100,14 @@ struct Q4KVnniImpl {
   }
 };
 
-// Q8_0 x A8 with vpdpbusd: per block and weight row |w| is taken once, and per activation row the
-// activation bytes get w's signs (so |w| * sign(a, w) = w * a), then one vpdpbusd adds the 32
-// products into 8 int32 lanes (at most 4 * 127 * 127 each, no saturation), one convert and FMA
-// with the product of the two scales. AVX2 needs maddubs + madd for the same products.
+// Q8_0 x A8 with vpdpbusd, which multiplies unsigned by signed bytes: the activation bytes get
+// their sign bit flipped (a ^ 0x80 = a + 128, unsigned) once per block and row, and the extra
+// 128 * sum(w) is subtracted up front: per weight row and block the accumulator starts at
+// -vpdpbusd(0, 128, w), so vpdpbusd(start, a + 128, w) is exactly sum(w * a) in 8 int32 lanes (at
+// most 4 * 255 * 127 per product group). Per (weight row, activation row) that is one vpdpbusd,
+// one convert, one multiply of the two broadcast scales and one FMA per 32 multiply-adds (the
+// sign trick needs a vpsignb and a scalar multiply and broadcast more). The result is the same
+// float as the AVX2 tile's (same integer sums, same scale product).
 struct Q8VnniImpl {
   template <int R, int N>
   static void Run(const TileArgs& t) {
@@ -112,19 +118,25 @@ struct Q8VnniImpl {
     const BlockA8* a[N];
     for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
     for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8*>(t.a + i * t.a_stride);
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     const int64_t nb = (t.cols + kQ8Block - 1) / kQ8Block;
     for (int64_t b = 0; b < nb; ++b) {
       if (N == 1 || t.prefetch) {
         if (b % 2 == 0) PrefetchNextTile(t, R, b / 2, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
       }
+      __m256i wv[R], start[R];
+      __m256 dw[R];
       for (int r = 0; r < R; ++r) {
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs));
-        const __m256i wabs = _mm256_abs_epi8(wv);
-        const float dw = _cvtsh_ss(w[r][b].d);
-        for (int i = 0; i < N; ++i) {
-          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i][b].qs));
-          const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wabs, _mm256_sign_epi8(av, wv));
-          acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a[i][b].d), acc[r][i]);
+        wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs));
+        start[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), flip, wv[r]));
+        dw[r] = _mm256_set1_ps(_cvtsh_ss(w[r][b].d));
+      }
+      for (int i = 0; i < N; ++i) {
+        const __m256i au = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i][b].qs)), flip);
+        const __m256 da = _mm256_broadcast_ss(&a[i][b].d);
+        for (int r = 0; r < R; ++r) {
+          const __m256i p = _mm256_dpbusd_epi32(start[r], au, wv[r]);
+          acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw[r], da), acc[r][i]);
         }
       }
     }
@@ -133,13 +145,13 @@ struct Q8VnniImpl {
   }
 };
 
-// Impl::Run<R, N> for R = nr and N = na, both in [1, kMaxTile].
+// Impl::Run<R, N> for R = nr in [1, kMaxTileRows] and N = na in [1, kMaxTileActs].
 template <class Impl, int R = 1, int N = 1>
 void Tile(const TileArgs& t) {
-  if constexpr (R < kMaxTile) {
+  if constexpr (R < kMaxTileRows) {
     if (t.nr > R) return Tile<Impl, R + 1, N>(t);
   }
-  if constexpr (N < kMaxTile) {
+  if constexpr (N < kMaxTileActs) {
     if (t.na > N) return Tile<Impl, R, N + 1>(t);
   }
   Impl::template Run<R, N>(t);
@@ -153,7 +165,12 @@ MatMulKernels MakeAvx512() {
   // TileShape bench (1 thread, 16384x3072, n = 256; GMAC/s): 4x3 87, 3x3 83, 3x4 83, 4x4 79,
   // 2x4 71. GEMV: 4 rows 47, 2 rows 44, 1 row 40. A zmm variant (vpdpbusd on 64 positions, the
   // two halves folded per block) measured 79 at its best shape (4x4) and was dropped.
-  k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 4, 3};
+  // Batch (the 32 layers of the full-size q4 decoder, 8 rows, 2 threads, CPU ms per step): 2x8
+  // 190, 3x4 in two passes 198, 4x3 in three 244, 4x4 in two 284 (it spills); 4 rows: all near 188.
+  k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 4, 3, 2, 8};
+  // Q8_0 (the 200064x3072 lm_head, 2 threads, CPU ms): 8 rows 2x8 81, 3x4 89, the AVX2 tile's 2x4
+  // 128; 4 rows 3x4 60 against 68; 64 rows 3x4 940 against 998; one row 71 either way.
+  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {4, 3, 4, 2, 8};
   return k;
 }
 

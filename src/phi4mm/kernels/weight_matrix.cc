@@ -211,12 +211,11 @@ void WeightMatrix::MatMulWith(const MatMulKernels& k, const float* x, int64_t n,
   const int fi = static_cast<int>(format_);
   const TileFn tile = k.tile[fi];
   const TileShape shape = k.shape[fi];
-  const int64_t R = n == 1 ? shape.gemv_r : shape.gemm_r;
-  // Activation rows per tile: the table's GEMM shape, or kMaxTile when that takes fewer passes over
-  // each weight tile (a batched decode step of 4 or 8 rows unpacks every weight row 1 or 2 times
-  // instead of 2 or 3).
-  int64_t N = n == 1 ? 1 : shape.gemm_n;
-  if (n > 1 && CeilDiv(std::min<int64_t>(n, 64), kMaxTile) < CeilDiv(std::min<int64_t>(n, 64), N)) N = kMaxTile;
+  // A batched decode step's few rows all meet each weight tile in one pass (the batch shape); a
+  // prefill chunk walks them in GEMM tiles.
+  const bool batch = n > 1 && n <= kSmallBatch;
+  const int64_t R = n == 1 ? shape.gemv_r : batch ? shape.batch_r : shape.gemm_r;
+  const int64_t N = n == 1 ? 1 : batch ? shape.batch_n : shape.gemm_n;
 
   // Activations: float rows as given, or int8 blocks quantized here once for all threads.
   // The buffer is per calling thread; workers only read it while this call waits for them.
@@ -255,7 +254,7 @@ void WeightMatrix::MatMulWith(const MatMulKernels& k, const float* x, int64_t n,
         t.w = data() + static_cast<size_t>(r) * row_bytes_;
         for (int64_t i = i0; i < i1; i += N) {
           t.na = static_cast<int>(std::min(N, i1 - i));
-          t.prefetch = i == i0 && n <= 16;
+          t.prefetch = i == i0 && n <= kSmallBatch;
           t.a = a + static_cast<size_t>(i) * a_stride;
           t.y = y + i * rows_ + r;
           tile(t);
