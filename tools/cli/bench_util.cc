@@ -1,15 +1,23 @@
-// Benchmark helpers: timing, resident memory, random prompts, decode bytes and multiply-adds.
+// Benchmark helpers: timing, number formatting, resident memory, random prompts, decode bytes and
+// multiply-adds.
 #include "bench_util.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 
 #include "phi4mm/tokenizer/chat_format.h"
 
 namespace phi4mm::cli {
+
+std::string Fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
 
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "phi4mm/models/decoder.h"
@@ -13,6 +14,8 @@ namespace phi4mm::cli {
 
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0);
+// printf-formats one number (`f` takes exactly one double).
+std::string Fmt(const char* f, double v);
 int64_t PeakRssBytes();
 int64_t CurrentRssBytes();
 // Ordinary (non-placeholder) token ids.

@@ -42,12 +42,6 @@ Timed DecodeSteps(Session& s, std::mt19937& rng, int64_t n, LoraMode mode) {
   return t;
 }
 
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 }  // namespace
 
 void BenchFlags::Register(CLI::App* app) {

@@ -172,12 +172,6 @@ BatchRun RunBatch(Engine& engine, std::mt19937& rng, int64_t n, int64_t prompt, 
   return out;
 }
 
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 // One prompt of `positions` random ids through the engine in prefill chunks, with the resident set
 // sampled every 50 ms: peak RSS against the weights and the request's KV reservation. Stops at
 // `seconds` (the deadline) if the prefill is not done by then; what was prefilled is reported.
