@@ -108,7 +108,7 @@ TEST(EngineLifecycle, HandleCancelEndsQueuedAndRunningRequests) {
 
 TEST(EngineLifecycle, CancelWhileEncodingAnImage) {
   EngineOptions eo;
-  eo.vision_crops_per_slice = 1;
+  eo.vision_layers_per_slice = 1;
   eo.prefill_chunk = 4;  // a long prefill after the encoder: the cancel lands before any token
   auto engine = StartEngine(eo);
   EngineRequest r = Request("<|user|><|image_1|>Describe it.<|end|><|assistant|>", 4);

@@ -215,6 +215,42 @@ INSTANTIATE_TEST_SUITE_P(VisionTiny, VisionFeatures,
                          ::testing::Combine(::testing::Values("orig", "native"), ::testing::Values("A", "B")),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
+// The engine's layer slices: an image encoded a few encoder layers at a time (one crop in flight)
+// gives Encode's features bit for bit whatever the slice size, and Step refuses to run while a
+// crop is in flight.
+TEST(VisionEncodeJob, LayerSlicesEqualWholeCrops) {
+  auto model = LoadModel(FixturePath("tiny/orig"));
+  ASSERT_NE(model, nullptr);
+  auto vision = VisionModel::Load(model->checkpoint(), model->config());
+  ASSERT_TRUE(vision.ok()) << vision.status().ToString();
+  for (const std::string key : {"A", "B"}) {
+    const auto img = std::make_shared<const ProcessedImage>(LoadImage(key));
+    auto want = (*vision)->Encode(*img, model->pool(), nullptr, "");
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    for (int64_t layers : {1, 2, 1000}) {
+      auto job = (*vision)->StartEncode(img);
+      ASSERT_TRUE(job.ok()) << job.status().ToString();
+      int64_t slices = 0;
+      while (!job->encoded()) {
+        ASSERT_TRUE(job->StepLayers(layers, model->pool()).ok());
+        ASSERT_LT(++slices, 100000);
+      }
+      EXPECT_GE(slices, job->crops()) << key;
+      auto got = job->Finish(model->pool());
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(*got, *want) << "image " << key << ", " << layers << " layers per slice";
+    }
+    auto job = (*vision)->StartEncode(img);
+    ASSERT_TRUE(job.ok());
+    ASSERT_TRUE(job->StepLayers(1, model->pool()).ok());
+    if (job->crops_done() == 0) {
+      const Status mixed = job->Step(1, model->pool());
+      EXPECT_FALSE(mixed.ok());
+      EXPECT_NE(mixed.message().find("in flight"), std::string::npos) << mixed.message();
+    }
+  }
+}
+
 class VisionEndToEnd : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(VisionEndToEnd, MatchesTransformers) {

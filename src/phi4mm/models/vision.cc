@@ -108,6 +108,14 @@ void VisionModel::Apply(const Linear& l, const float* x, int64_t n, float* y, Th
 Result<std::vector<float>> VisionModel::EncodeCrops(const float* pixels, const uint8_t* mask, int64_t B,
                                                     ThreadPool* pool, TensorTap* tap,
                                                     const std::string& tap_prefix) const {
+  PHI4MM_ASSIGN_OR_RETURN(VisionCropBatch cb, EmbedCrops(pixels, mask, B, pool, tap, tap_prefix));
+  RunLayers(cb, static_cast<int64_t>(layers_.size()), pool, tap, tap_prefix);
+  return std::move(cb.h);
+}
+
+Result<VisionCropBatch> VisionModel::EmbedCrops(const float* pixels, const uint8_t* mask, int64_t B,
+                                                ThreadPool* pool, TensorTap* tap,
+                                                const std::string& tap_prefix) const {
   const int64_t P = patches_per_side_, ps = cfg_.patch_size, S = cfg_.image_size, D = cfg_.hidden_size;
   const int64_t N = P * P, K = 3 * ps * ps, rows = B * N;
   // Phi4MultimodalVisionEmbeddings: Conv2d(3->D, k=ps, stride=ps) as im2col [B*N, 3*ps*ps] x W^T,
@@ -154,7 +162,19 @@ Result<std::vector<float>> VisionModel::EncodeCrops(const float* pixels, const u
     }
   }
   Tap(tap, tap_prefix + "embeddings", h, {B, N, D});
+  VisionCropBatch cb;
+  cb.crops = B;
+  cb.h = std::move(h);
+  cb.valid = std::move(key_valid);
+  cb.any_masked = any_masked;
+  return cb;
+}
 
+void VisionModel::RunLayers(VisionCropBatch& cb, int64_t count, ThreadPool* pool, TensorTap* tap,
+                            const std::string& tap_prefix) const {
+  const int64_t P = patches_per_side_, D = cfg_.hidden_size, N = P * P, B = cb.crops, rows = B * N;
+  std::vector<float>& h = cb.h;
+  const size_t end = static_cast<size_t>(std::min<int64_t>(cb.layer + count, static_cast<int64_t>(layers_.size())));
   // Phi4MultimodalVisionEncoderLayer x layers_to_run_ (pre-LN; eager attention, bidirectional;
   // the additive mask removes padded keys of every crop when any patch of the call is padded).
   const int64_t I = cfg_.intermediate_size, nh = cfg_.num_attention_heads, hd = D / nh;
@@ -162,14 +182,14 @@ Result<std::vector<float>> VisionModel::EncodeCrops(const float* pixels, const u
       mid(static_cast<size_t>(rows * I));
   const BatchAttentionShape shape{B, N, nh, hd, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
   const float eps = static_cast<float>(cfg_.layer_norm_eps);
-  for (size_t li = 0; li < layers_.size(); ++li) {
+  for (size_t li = static_cast<size_t>(cb.layer); li < end; ++li) {
     const Layer& L = layers_[li];
     LayerNorm(h.data(), L.ln1_w.data(), L.ln1_b.data(), rows, D, eps, x.data(), pool);
     Apply(L.q, x.data(), rows, q.data(), pool);
     Apply(L.k, x.data(), rows, k.data(), pool);
     Apply(L.v, x.data(), rows, v.data(), pool);
-    BidirectionalAttention(q.data(), k.data(), v.data(), any_masked ? key_valid.data() : nullptr, shape, att.data(),
-                           pool);
+    BidirectionalAttention(q.data(), k.data(), v.data(), cb.any_masked ? cb.valid.data() : nullptr, shape,
+                           att.data(), pool);
     L.out.w.MatMul(att.data(), rows, x.data(), pool);
     AddBiasResidual(h.data(), x.data(), L.out.b.data(), rows, D, pool);  // h += out_proj(att)
     LayerNorm(h.data(), L.ln2_w.data(), L.ln2_b.data(), rows, D, eps, x.data(), pool);
@@ -179,7 +199,7 @@ Result<std::vector<float>> VisionModel::EncodeCrops(const float* pixels, const u
     AddBiasResidual(h.data(), x.data(), L.fc2.b.data(), rows, D, pool);  // h += fc2(mid)
     Tap(tap, tap_prefix + "layer." + std::to_string(li), h, {B, N, D});
   }
-  return h;
+  cb.layer = static_cast<int64_t>(end);
 }
 
 // Phi4MultimodalImageEmbedding.get_img_features + forward for one image.
@@ -238,20 +258,48 @@ Result<VisionEncodeJob> VisionModel::StartEncode(std::shared_ptr<const Processed
 Status VisionEncodeJob::Step(int64_t n, ThreadPool* pool) {
   const VisionModel& m = *model_;
   const ProcessedImage& img = *image_;
-  const int64_t P = m.patches_per_side_, S = m.cfg_.image_size, D = m.cfg_.hidden_size, F = (P + 1) / 2;
+  const int64_t P = m.patches_per_side_, S = m.cfg_.image_size;
   const int64_t c0 = next_, b = std::min(n, crops_ - next_);
   if (b <= 0) return Status::Ok();
+  if (crop_) return Internal("VisionEncodeJob::Step called while StepLayers has a crop in flight");
   ThreadPool local(1);
   if (pool == nullptr) pool = &local;
   // Crops past 1 + gh*gw (batch padding) never reach the output, so they are not encoded.
-  // feat: [b, P*P, D]; AvgPool2d(2, 2) over each [P, P] grid (ReflectionPad2d((0,1,0,1)) first when
-  // P is odd) into pooled [crops, F*F, D].
   PHI4MM_ASSIGN_OR_RETURN(std::vector<float> feat,
                           m.EncodeCrops(img.pixel_values.data() + c0 * 3 * S * S, img.attention_mask.data() + c0 * P * P,
                                         b, pool, tap_, tap_prefix_));
-  AvgPool2x2(feat.data(), b, P, P, D, pooled_.data() + c0 * F * F * D, pool);
-  next_ += b;
+  PoolCrops(feat, b, pool);
   return Status::Ok();
+}
+
+Status VisionEncodeJob::StepLayers(int64_t layers, ThreadPool* pool) {
+  if (encoded() || layers <= 0) return Status::Ok();
+  const VisionModel& m = *model_;
+  const ProcessedImage& img = *image_;
+  const int64_t P = m.patches_per_side_, S = m.cfg_.image_size;
+  ThreadPool local(1);
+  if (pool == nullptr) pool = &local;
+  if (!crop_) {
+    PHI4MM_ASSIGN_OR_RETURN(VisionCropBatch cb,
+                            m.EmbedCrops(img.pixel_values.data() + next_ * 3 * S * S,
+                                         img.attention_mask.data() + next_ * P * P, 1, pool, tap_, tap_prefix_));
+    crop_ = std::move(cb);
+  }
+  m.RunLayers(*crop_, layers, pool, tap_, tap_prefix_);
+  if (crop_->layer == static_cast<int64_t>(m.layers_.size())) {
+    PoolCrops(crop_->h, 1, pool);
+    crop_.reset();
+  }
+  return Status::Ok();
+}
+
+// feat: [b, P*P, D]; AvgPool2d(2, 2) over each [P, P] grid (ReflectionPad2d((0,1,0,1)) first when
+// P is odd) into pooled [crops, F*F, D].
+void VisionEncodeJob::PoolCrops(const std::vector<float>& feat, int64_t b, ThreadPool* pool) {
+  const VisionModel& m = *model_;
+  const int64_t P = m.patches_per_side_, D = m.cfg_.hidden_size, F = (P + 1) / 2;
+  AvgPool2x2(feat.data(), b, P, P, D, pooled_.data() + next_ * F * F * D, pool);
+  next_ += b;
 }
 
 Result<std::vector<float>> VisionEncodeJob::Finish(ThreadPool* pool) {

@@ -20,9 +20,20 @@ namespace phi4mm {
 
 class VisionModel;
 
-// One image's encoding, resumable a few crops at a time (the engine interleaves it with decoder
-// steps so running answers keep flowing, and a big image's crops go through the encoder in
-// bounded groups). Holds the image; the model must outlive the job.
+// A batch of crops inside the encoder: the hidden states after `layer` encoder layers, with the
+// key mask of its padded patches. The unit the encoder runs in (EncodeCrops, or a job's layer
+// slices).
+struct VisionCropBatch {
+  int64_t crops = 0;
+  int64_t layer = 0;            // encoder layers run so far
+  std::vector<float> h;         // [crops, P*P, hidden]
+  std::vector<uint8_t> valid;   // [crops, P*P]: 1 where a patch is inside its crop's valid area
+  bool any_masked = false;      // some patch of the batch is padding (the mask applies)
+};
+
+// One image's encoding, resumable a few crops or a few encoder layers at a time (the engine
+// interleaves it with decoder steps so running answers keep flowing, and a big image's crops go
+// through the encoder in bounded groups). Holds the image; the model must outlive the job.
 class VisionEncodeJob {
  public:
   int64_t crops() const { return crops_; }
@@ -30,15 +41,21 @@ class VisionEncodeJob {
   bool encoded() const { return next_ >= crops_; }
   // Runs the next min(n, remaining) crops through the encoder and the 2x2 pool.
   Status Step(int64_t n, ThreadPool* pool);
+  // Runs up to `layers` encoder layers of the next crop, one crop at a time: its patch embedding
+  // before its first layer, its 2x2 pool after its last. The features equal Step's bit for bit.
+  Status StepLayers(int64_t layers, ThreadPool* pool);
   // Once every crop is encoded: separators and projection, [num_tokens, text hidden_size].
   Result<std::vector<float>> Finish(ThreadPool* pool);
 
  private:
   friend class VisionModel;
+  // The 2x2 pool of `b` finished crops' features into pooled_, from crop next_ on.
+  void PoolCrops(const std::vector<float>& feat, int64_t b, ThreadPool* pool);
   const VisionModel* model_ = nullptr;
   std::shared_ptr<const ProcessedImage> image_;
   int64_t gh_ = 0, gw_ = 0, crops_ = 0, next_ = 0;
-  std::vector<float> pooled_;  // [crops, F*F, D]
+  std::vector<float> pooled_;             // [crops, F*F, D]
+  std::optional<VisionCropBatch> crop_;   // the crop StepLayers has in flight
   TensorTap* tap_ = nullptr;
   std::string tap_prefix_;
 };
@@ -77,9 +94,15 @@ class VisionModel {
   VisionModel() = default;
   void Apply(const Linear& l, const float* x, int64_t n, float* y, ThreadPool* pool) const;
   // The encoder up to hidden state `feature_layer` for a batch of crops: pixels [B, 3, S, S],
-  // mask [B, P, P] -> features [B, P*P, hidden].
+  // mask [B, P, P] -> features [B, P*P, hidden]. It is EmbedCrops, then RunLayers over every layer.
   Result<std::vector<float>> EncodeCrops(const float* pixels, const uint8_t* mask, int64_t B, ThreadPool* pool,
                                          TensorTap* tap, const std::string& tap_prefix) const;
+  // Patch embedding and NaViT positions of B crops: a batch at layer 0.
+  Result<VisionCropBatch> EmbedCrops(const float* pixels, const uint8_t* mask, int64_t B, ThreadPool* pool,
+                                     TensorTap* tap, const std::string& tap_prefix) const;
+  // The next min(count, remaining) encoder layers of a batch.
+  void RunLayers(VisionCropBatch& cb, int64_t count, ThreadPool* pool, TensorTap* tap,
+                 const std::string& tap_prefix) const;
 
   VisionConfig cfg_;
   int64_t text_hidden_ = 0;

@@ -65,7 +65,7 @@ Result<std::unique_ptr<Engine>> Engine::Start(std::shared_ptr<const Model> model
   if (opts.max_running < 1) return InvalidArgument("max running sequences must be >= 1");
   if (opts.max_queue < 0) return InvalidArgument("max queued requests must be >= 0");
   if (opts.prefill_chunk < 1) return InvalidArgument("prefill chunk must be >= 1 position");
-  if (opts.vision_crops_per_slice < 1 || opts.speech_blocks_per_slice < 1)
+  if (opts.vision_layers_per_slice < 1 || opts.speech_blocks_per_slice < 1)
     return InvalidArgument("encoder slices must hold at least one crop / block");
   if (opts.prefix_cache_bytes < 0 || opts.media_cache_bytes < 0 || opts.kv_budget_bytes < 0)
     return InvalidArgument("cache and budget sizes must be >= 0");

@@ -134,7 +134,7 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
       }
       auto& job = std::get<VisionEncodeJob>(s.job);
       const int64_t before = job.crops_done();
-      if (Status e = job.Step(o.vision_crops_per_slice, m.pool()); !e.ok()) return fail(e, what);
+      if (Status e = job.StepLayers(o.vision_layers_per_slice, m.pool()); !e.ok()) return fail(e, what);
       {
         std::lock_guard<std::mutex> l(st.mu);
         st.counters.vision_crops += job.crops_done() - before;
