@@ -91,7 +91,7 @@ bool IsTruncated(const std::string& log) {
 }
 
 // Reads every frame of an opened file, averages channels in double and checks the limits.
-Result<AudioClip> ReadAll(SNDFILE* snd, const SF_INFO& info, const std::string& label) {
+Result<AudioClip> ReadAll(SNDFILE* snd, const SF_INFO& info, const std::string& label, int64_t max_seconds) {
   if (info.samplerate < kMinAudioSampleRate || info.samplerate > kMaxAudioSampleRate) {
     return InvalidArgument(label + ": sample rate " + std::to_string(info.samplerate) +
                            " Hz is outside the supported range " + std::to_string(kMinAudioSampleRate) + "-" +
@@ -104,7 +104,17 @@ Result<AudioClip> ReadAll(SNDFILE* snd, const SF_INFO& info, const std::string& 
     return DataLoss(label + ": the audio file is truncated: its header declares more audio data than the file "
                     "holds (re-export or re-download the file)");
   }
-  const int64_t max_frames = kMaxAudioSeconds * info.samplerate;
+  max_seconds = std::clamp<int64_t>(max_seconds, 1, kMaxAudioSeconds);
+  const int64_t max_frames = max_seconds * info.samplerate;
+  const auto too_long = [&] {
+    return OutOfRange(label + ": the audio is longer than " + std::to_string(max_seconds) + " s" +
+                      (max_seconds == kMaxAudioSeconds ? ", more than the model's 131072-token context can hold"
+                                                       : ", the limit for this request") +
+                      "; split it into shorter clips");
+  };
+  // The header's length is checked before any sample is decoded (a multi-hour clip is refused
+  // without reading it); the count of decoded frames is checked as well for headers that lie.
+  if (info.frames > 0 && info.frames != SF_COUNT_MAX && info.frames > max_frames) return too_long();
   const int64_t channels = info.channels;
   AudioClip clip;
   clip.sample_rate = info.samplerate;
@@ -141,10 +151,7 @@ Result<AudioClip> ReadAll(SNDFILE* snd, const SF_INFO& info, const std::string& 
       }
       clip.samples.push_back(static_cast<float>(v));
     }
-    if (static_cast<int64_t>(clip.samples.size()) > max_frames) {
-      return OutOfRange(label + ": the audio is longer than " + std::to_string(kMaxAudioSeconds) +
-                        " s, more than the model's 131072-token context can hold; split it into shorter clips");
-    }
+    if (static_cast<int64_t>(clip.samples.size()) > max_frames) return too_long();
   }
   if (sf_error(snd) != SF_ERR_NO_ERROR) {
     return DataLoss(label + ": decoding failed after " + std::to_string(clip.samples.size()) +
@@ -167,17 +174,17 @@ Status OpenError(SNDFILE* null_handle, const std::string& label) {
 
 }  // namespace
 
-Result<AudioClip> DecodeAudioBytes(std::span<const uint8_t> bytes, const std::string& label) {
+Result<AudioClip> DecodeAudioBytes(std::span<const uint8_t> bytes, const std::string& label, int64_t max_seconds) {
   if (bytes.empty()) return InvalidArgument(label + ": the audio data is empty (0 bytes)");
   MemoryFile mem{bytes, 0};
   SF_VIRTUAL_IO io{MemLength, MemSeek, MemRead, MemWrite, MemTell};
   SF_INFO info{};
   SndfilePtr snd(sf_open_virtual(&io, SFM_READ, &info, &mem));
   if (!snd) return OpenError(nullptr, label);
-  return ReadAll(snd.get(), info, label);
+  return ReadAll(snd.get(), info, label, max_seconds);
 }
 
-Result<AudioClip> DecodeAudioFile(const std::string& path) {
+Result<AudioClip> DecodeAudioFile(const std::string& path, int64_t max_seconds) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     return NotFound(path + ": no such audio file");
@@ -188,7 +195,7 @@ Result<AudioClip> DecodeAudioFile(const std::string& path) {
   SF_INFO info{};
   SndfilePtr snd(sf_open(path.c_str(), SFM_READ, &info));
   if (!snd) return OpenError(nullptr, path);
-  return ReadAll(snd.get(), info, path);
+  return ReadAll(snd.get(), info, path, max_seconds);
 }
 
 }  // namespace phi4mm

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "phi4mm/base/status.h"
+#include "phi4mm/preprocess/audio_limits.h"
 
 namespace phi4mm {
 
@@ -17,7 +18,10 @@ struct AudioClip {
   std::vector<float> samples;  // mono
 };
 
-Result<AudioClip> DecodeAudioFile(const std::string& path);
-Result<AudioClip> DecodeAudioBytes(std::span<const uint8_t> bytes, const std::string& label);
+// `max_seconds` (at most kMaxAudioSeconds, audio_limits.h) refuses longer clips with OutOfRange,
+// from the header's length before decoding when the header gives one.
+Result<AudioClip> DecodeAudioFile(const std::string& path, int64_t max_seconds = kMaxAudioSeconds);
+Result<AudioClip> DecodeAudioBytes(std::span<const uint8_t> bytes, const std::string& label,
+                                   int64_t max_seconds = kMaxAudioSeconds);
 
 }  // namespace phi4mm
