@@ -78,6 +78,23 @@ struct QuantizeFlags {
   void Register(CLI::App* app);
 };
 
+// `phi4mm serve` flags (tools/cli/cmd_serve.cc); defaults from the server spec.
+struct ServeFlags {
+  ModelFlags model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::vector<std::string> api_keys;
+  std::string api_key_file, alias, media_dir;
+  int64_t max_running = 8, max_queue = 32, prefill_chunk = 128;
+  double kv_budget_gb = 0;
+  int64_t max_body_mb = 32, max_media_mb = 20, max_images = 8, max_audios = 4;
+  int64_t max_image_pixels = 4096 * 4096, max_audio_seconds = 600;
+  int64_t dynamic_hd = 0, max_dynamic_hd = 0, default_max_tokens = 2048;
+  double request_timeout = 1800, drain_seconds = 30, sse_ping_seconds = 5;
+  bool metrics_public = false;
+  void Register(CLI::App* app);
+};
+
 // Prints "phi4mm: error: <message>" to stderr and returns the exit code for it.
 int ReportError(const Status& st);
 // Loads the model, printing the load time with --verbose.
@@ -107,6 +124,7 @@ int TokenizeCommand(const ModelFlags& mf, const MediaFlags& media, const std::st
 int BenchCommand(const BenchFlags& flags);
 int BatchBenchCommand(const BenchFlags& flags);
 int QuantizeCommand(const QuantizeFlags& flags);
+int ServeCommand(const ServeFlags& flags);
 int CountCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& prompt, const std::string& system);
 
 }  // namespace phi4mm::cli

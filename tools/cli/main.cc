@@ -56,6 +56,10 @@ int main(int argc, char** argv) {
       app.add_subcommand("quantize", "Write a pre-quantized copy of a checkpoint that later starts map without converting");
   quantize_flags.Register(quantize);
 
+  ServeFlags serve_flags;
+  CLI::App* serve = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  serve_flags.Register(serve);
+
   bool known = argc <= 1 || argv[1][0] == '-';
   std::string names;
   for (const CLI::App* sub : app.get_subcommands({})) {
@@ -85,5 +89,6 @@ int main(int argc, char** argv) {
   if (count->parsed()) return CountCommand(count_model, count_media, prompt, system);
   if (bench->parsed()) return BenchCommand(bench_flags);
   if (quantize->parsed()) return QuantizeCommand(quantize_flags);
+  if (serve->parsed()) return ServeCommand(serve_flags);
   return 2;
 }

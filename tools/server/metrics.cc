@@ -1,0 +1,181 @@
+// Prometheus text rendering of the server's and the engine's counters (metrics.h).
+#include "metrics.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace phi4mm::server {
+
+namespace {
+
+std::string Num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+void Header(std::string* out, const std::string& name, const char* type, const std::string& help) {
+  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+void Line(std::string* out, const std::string& name, const std::string& labels, double v) {
+  *out += name + (labels.empty() ? "" : "{" + labels + "}") + " " + Num(v) + "\n";
+}
+
+void Single(std::string* out, const std::string& name, const char* type, const std::string& help, double v) {
+  Header(out, name, type, help);
+  Line(out, name, "", v);
+}
+
+const std::vector<double> kLatencyBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+const std::vector<double> kItlBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10};
+
+}  // namespace
+
+void Histogram::Observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++n_;
+}
+
+void Histogram::Render(const std::string& name, const std::string& help, std::string* out) const {
+  Header(out, name, "histogram", help);
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cum += counts_[i];
+    Line(out, name + "_bucket", "le=\"" + Num(bounds_[i]) + "\"", static_cast<double>(cum));
+  }
+  Line(out, name + "_bucket", "le=\"+Inf\"", static_cast<double>(n_));
+  Line(out, name + "_sum", "", sum_);
+  Line(out, name + "_count", "", static_cast<double>(n_));
+}
+
+Metrics::Metrics() : ttft_(kLatencyBuckets), itl_(kItlBuckets), e2e_(kLatencyBuckets), queue_(kLatencyBuckets) {}
+
+void Metrics::CountRequest(const std::string& endpoint, int status) {
+  std::lock_guard<std::mutex> l(mu_);
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::CountRejected(const std::string& reason) {
+  std::lock_guard<std::mutex> l(mu_);
+  ++rejected_[reason];
+}
+
+void Metrics::CountCancelled(const std::string& reason) {
+  std::lock_guard<std::mutex> l(mu_);
+  ++cancelled_[reason];
+}
+
+void Metrics::ObserveResult(const RequestResult& r) {
+  std::lock_guard<std::mutex> l(mu_);
+  int64_t image = 0, audio = 0;
+  for (int64_t n : r.count.image_tokens) image += n;
+  for (int64_t n : r.count.audio_tokens) audio += n;
+  prompt_text_ += static_cast<uint64_t>(r.count.text_tokens);
+  prompt_image_ += static_cast<uint64_t>(image);
+  prompt_audio_ += static_cast<uint64_t>(audio);
+  generated_ += r.generation.tokens.size();
+  cached_ += static_cast<uint64_t>(r.cached_prompt_tokens);
+  if (!r.generation.tokens.empty()) ttft_.Observe(r.time_to_first_token);
+  e2e_.Observe(r.total_seconds);
+  queue_.Observe(r.queue_seconds);
+}
+
+void Metrics::ObserveInterToken(double seconds) {
+  std::lock_guard<std::mutex> l(mu_);
+  itl_.Observe(seconds);
+}
+
+std::string Metrics::Render(const BuildInfo& b, const EngineStats* e) const {
+  std::string out;
+  Header(&out, "phi4mm_build_info", "gauge", "Build and load configuration.");
+  Line(&out, "phi4mm_build_info",
+       "version=\"" + Escape(b.version) + "\",quant=\"" + Escape(b.quant) + "\",kv_dtype=\"" + Escape(b.kv_dtype) + "\"", 1);
+  std::lock_guard<std::mutex> l(mu_);
+  Header(&out, "phi4mm_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
+  for (const auto& [k, v] : requests_)
+    Line(&out, "phi4mm_requests_total", "endpoint=\"" + Escape(k.first) + "\",status=\"" + std::to_string(k.second) + "\"",
+         static_cast<double>(v));
+  Header(&out, "phi4mm_requests_rejected_total", "counter", "Requests refused before generation, by reason.");
+  for (const auto& [k, v] : rejected_)
+    Line(&out, "phi4mm_requests_rejected_total", "reason=\"" + Escape(k) + "\"", static_cast<double>(v));
+  Header(&out, "phi4mm_cancelled_total", "counter", "Requests cancelled while running, by reason.");
+  for (const char* reason : {"disconnect", "timeout", "shutdown"}) {
+    auto it = cancelled_.find(reason);
+    Line(&out, "phi4mm_cancelled_total", std::string("reason=\"") + reason + "\"",
+         it == cancelled_.end() ? 0.0 : static_cast<double>(it->second));
+  }
+  Header(&out, "phi4mm_prompt_tokens_total", "counter", "Prompt tokens of finished requests, by kind.");
+  Line(&out, "phi4mm_prompt_tokens_total", "kind=\"text\"", static_cast<double>(prompt_text_));
+  Line(&out, "phi4mm_prompt_tokens_total", "kind=\"image\"", static_cast<double>(prompt_image_));
+  Line(&out, "phi4mm_prompt_tokens_total", "kind=\"audio\"", static_cast<double>(prompt_audio_));
+  Single(&out, "phi4mm_generation_tokens_total", "counter", "Generated tokens.", static_cast<double>(generated_));
+  Single(&out, "phi4mm_prefix_cache_hit_tokens_total", "counter", "Prompt positions served from the prefix cache.",
+         static_cast<double>(cached_));
+  ttft_.Render("phi4mm_time_to_first_token_seconds", "Time from submission to the first generated token.", &out);
+  itl_.Render("phi4mm_inter_token_latency_seconds", "Time between two generated tokens of one request.", &out);
+  e2e_.Render("phi4mm_e2e_request_latency_seconds", "Time from submission to the end of the answer.", &out);
+  queue_.Render("phi4mm_queue_time_seconds", "Time a request waited for admission.", &out);
+  if (e) {
+    Single(&out, "phi4mm_requests_running", "gauge", "Requests in the batch.", static_cast<double>(e->running));
+    Single(&out, "phi4mm_requests_waiting", "gauge", "Requests waiting for admission.", static_cast<double>(e->waiting));
+    Single(&out, "phi4mm_kv_cache_bytes", "gauge", "KV cache bytes reserved by running requests.",
+           static_cast<double>(e->kv_reserved_bytes));
+    Single(&out, "phi4mm_kv_budget_bytes", "gauge", "The KV cache budget.", static_cast<double>(e->kv_budget_bytes));
+    Single(&out, "phi4mm_engine_steps_total", "counter", "Batched decoder steps.", static_cast<double>(e->steps));
+    Single(&out, "phi4mm_batch_rows_total", "counter", "Rows over all decoder steps.", static_cast<double>(e->batch_rows));
+    Single(&out, "phi4mm_prefill_rows_total", "counter", "Prompt rows over all decoder steps.",
+           static_cast<double>(e->prefill_rows));
+    Single(&out, "phi4mm_decode_rows_total", "counter", "Decode rows over all decoder steps.",
+           static_cast<double>(e->decode_rows));
+    Single(&out, "phi4mm_images_encoded_total", "counter", "Images run through the vision encoder.",
+           static_cast<double>(e->images_encoded));
+    Single(&out, "phi4mm_audios_encoded_total", "counter", "Clips run through the speech encoder.",
+           static_cast<double>(e->audios_encoded));
+    Single(&out, "phi4mm_media_cache_hits_total", "counter", "Images and clips served from the media cache.",
+           static_cast<double>(e->media.hits));
+    Single(&out, "phi4mm_engine_finished_total", "counter", "Requests the engine finished.", static_cast<double>(e->finished));
+    Single(&out, "phi4mm_engine_cancelled_total", "counter", "Requests the engine ended by cancellation.",
+           static_cast<double>(e->cancelled));
+    Single(&out, "phi4mm_engine_expired_total", "counter", "Requests the engine ended at their deadline.",
+           static_cast<double>(e->expired));
+    Single(&out, "phi4mm_engine_refused_total", "counter", "Requests the engine refused at submission.",
+           static_cast<double>(e->refused));
+  }
+  Single(&out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+         static_cast<double>(ResidentBytes()));
+  return out;
+}
+
+int64_t ResidentBytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      std::istringstream is(line.substr(6));
+      int64_t kb = 0;
+      is >> kb;
+      return kb * 1024;
+    }
+  }
+  return 0;
+}
+
+}  // namespace phi4mm::server

@@ -1,0 +1,57 @@
+// The server's Prometheus metrics (/metrics, text format 0.0.4): request, rejection and
+// cancellation counters kept by the HTTP side, token counters and latency histograms fed from
+// each finished request's RequestResult, and the engine's own gauges and counters read from
+// EngineStats when the page is rendered. Names follow the spec (phi4mm_*).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "phi4mm/runtime/engine.h"
+
+namespace phi4mm::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+  void Observe(double v);
+  void Render(const std::string& name, const std::string& help, std::string* out) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative); last = +Inf
+  double sum_ = 0;
+  uint64_t n_ = 0;
+};
+
+struct BuildInfo {
+  std::string version, quant, kv_dtype;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  void CountRequest(const std::string& endpoint, int status);
+  void CountRejected(const std::string& reason);
+  void CountCancelled(const std::string& reason);  // disconnect | timeout | shutdown
+  // A request the engine ran to its end (finished or cancelled).
+  void ObserveResult(const RequestResult& r);
+  void ObserveInterToken(double seconds);
+  std::string Render(const BuildInfo& build, const EngineStats* engine) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::map<std::string, uint64_t> rejected_, cancelled_;
+  uint64_t prompt_text_ = 0, prompt_image_ = 0, prompt_audio_ = 0, generated_ = 0, cached_ = 0;
+  Histogram ttft_, itl_, e2e_, queue_;
+};
+
+// Resident set size of this process in bytes (0 when /proc is not readable).
+int64_t ResidentBytes();
+
+}  // namespace phi4mm::server

@@ -1,0 +1,58 @@
+// OpenAI request bodies turned into engine requests. ParseChatRequest maps /v1/chat/completions
+// (messages with text, image_url, input_audio and audio_url parts; tools; every generation field of
+// the spec's table, each either applied or refused with a 400 that names it) onto an EngineRequest
+// with the prompt rendered by the model's chat template and the media decoded and checked against
+// the server's limits. ParseCompletionRequest does the same for /v1/completions (a raw prompt, no
+// template, no media). Unknown top-level fields are collected in `ignored_fields` (the server
+// reports them in a response header) rather than failing the request.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "api_error.h"
+#include "media_input.h"
+#include "phi4mm/runtime/engine.h"
+
+namespace phi4mm::server {
+
+struct ServerLimits {
+  MediaLimits media;
+  int64_t max_images = 8;      // per request
+  int64_t max_audios = 4;      // per request
+  int64_t dynamic_hd = 0;      // detail "auto" / absent; 0 = the checkpoint's value
+  int64_t max_dynamic_hd = 0;  // detail "high" and the cap of the dynamic_hd extension; 0 = checkpoint
+  int64_t default_max_tokens = 2048;
+  int64_t max_stop_strings = 8;
+  int max_json_depth = 64;
+};
+
+// What the parser needs to know about the loaded model.
+struct ModelFacts {
+  int64_t context_length = 131072;
+  int64_t vocab_size = 200064;
+  int64_t checkpoint_dynamic_hd = 36;
+};
+
+struct ParsedRequest {
+  std::string model;            // as the client sent it
+  EngineRequest engine;         // prompt, media, prompt options and generation options
+  bool stream = false;
+  bool include_usage = false;   // stream_options.include_usage
+  bool logprobs = false;        // return log-probabilities (top_logprobs alternatives each)
+  int top_logprobs = 0;
+  bool tools = false;           // tools were rendered: parse <|tool_call|> output into tool_calls
+  int64_t dynamic_hd = 0;       // the crop limit the images use
+  std::vector<std::string> ignored_fields;
+};
+
+// `decode_media` false: media are checked for presence and counts but not decoded (the
+// input_tokens endpoint decodes them too; the fuzz target turns decoding off for speed).
+ApiError ParseChatRequest(const nlohmann::json& body, const ServerLimits& limits, const ModelFacts& facts,
+                          ParsedRequest* out, bool decode_media = true);
+ApiError ParseCompletionRequest(const nlohmann::json& body, const ServerLimits& limits, const ModelFacts& facts,
+                                ParsedRequest* out);
+
+}  // namespace phi4mm::server

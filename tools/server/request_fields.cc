@@ -1,0 +1,147 @@
+// The generation fields shared by /v1/chat/completions and /v1/completions (request.h): limits,
+// sampling, penalties, stop strings, logit bias, log-probabilities, and the fields that are refused
+// because phi4mm cannot honour them (n > 1, structured output, audio output, predicted outputs).
+#include "request_internal.h"
+
+#include <random>
+
+namespace phi4mm::server {
+
+void ParseGeneration(const Json& b, const ServerLimits& limits, const ModelFacts& facts, bool chat,
+                     ParsedRequest* out) {
+  GenerateOptions& g = out->engine.generate;
+  SamplingOptions& s = g.sampling;
+  out->model = OptString(b, "model", "").value_or("");
+
+  // Length.
+  std::optional<int64_t> max_new = OptInt(b, "max_completion_tokens", "", 1, facts.context_length);
+  if (!max_new) max_new = OptInt(b, "max_tokens", "", 1, facts.context_length);
+  g.max_new_tokens = max_new.value_or(chat ? limits.default_max_tokens : 16);
+
+  // Sampling.
+  s.temperature = static_cast<float>(OptNumber(b, "temperature", "", 0.0, 2.0).value_or(0.0));
+  s.top_p = static_cast<float>(OptNumber(b, "top_p", "", 0.0, 1.0).value_or(1.0));
+  if (s.top_p <= 0.0f) Fail("top_p", "top_p must be greater than 0 and at most 1", "out_of_range");
+  s.top_k = static_cast<int>(OptInt(b, "top_k", "", -1, 1 << 20).value_or(0));
+  if (s.top_k < 0) s.top_k = 0;  // vLLM's -1 = off
+  s.min_p = static_cast<float>(OptNumber(b, "min_p", "", 0.0, 1.0).value_or(0.0));
+  s.repetition_penalty = static_cast<float>(OptNumber(b, "repetition_penalty", "", 1e-3, 100.0).value_or(1.0));
+  s.frequency_penalty = static_cast<float>(OptNumber(b, "frequency_penalty", "", -2.0, 2.0).value_or(0.0));
+  s.presence_penalty = static_cast<float>(OptNumber(b, "presence_penalty", "", -2.0, 2.0).value_or(0.0));
+  if (auto seed = OptInt(b, "seed", "", INT64_MIN, INT64_MAX)) {
+    s.seed = static_cast<uint64_t>(*seed);
+  } else {
+    static std::mt19937_64 rng{std::random_device{}()};
+    static std::mutex mu;
+    std::lock_guard<std::mutex> l(mu);
+    s.seed = rng();  // OpenAI: without a seed, sampled answers differ between calls
+  }
+
+  // Stop strings.
+  if (const Json* stop = Member(b, "stop")) {
+    std::vector<std::string> stops;
+    if (stop->is_string()) {
+      stops.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (static_cast<int64_t>(stop->size()) > limits.max_stop_strings)
+        Fail("stop", "stop holds at most " + std::to_string(limits.max_stop_strings) + " strings, got " +
+                         std::to_string(stop->size()), "out_of_range");
+      for (size_t i = 0; i < stop->size(); ++i) {
+        if (!(*stop)[i].is_string()) Fail(Index("stop", i), Index("stop", i) + " must be a string", "invalid_type");
+        stops.push_back((*stop)[i].get<std::string>());
+      }
+    } else {
+      Fail("stop", "stop must be a string or an array of strings, got " + TypeName(*stop), "invalid_type");
+    }
+    for (size_t i = 0; i < stops.size(); ++i)
+      if (stops[i].empty()) Fail("stop", "stop strings must not be empty", "out_of_range");
+    g.stop_strings = std::move(stops);
+  }
+
+  // Logit bias: {"<token id>": bias}.
+  if (const Json* lb = OptObject(b, "logit_bias", "")) {
+    if (lb->size() > 300) Fail("logit_bias", "logit_bias holds at most 300 entries", "out_of_range");
+    for (auto it = lb->begin(); it != lb->end(); ++it) {
+      const std::string p = "logit_bias." + it.key();
+      char* end = nullptr;
+      const long long id = std::strtoll(it.key().c_str(), &end, 10);
+      if (it.key().empty() || *end != '\0' || id < 0 || id >= facts.vocab_size)
+        Fail(p, "logit_bias keys must be token ids in [0, " + std::to_string(facts.vocab_size) + "), got '" +
+                    it.key() + "'", "out_of_range");
+      if (!it->is_number()) Fail(p, p + " must be a number", "invalid_type");
+      const double v = it->get<double>();
+      if (!(v >= -100.0 && v <= 100.0)) Fail(p, p + " must be between -100 and 100", "out_of_range");
+      s.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(v));
+    }
+  }
+
+  // Log-probabilities (chat: logprobs bool + top_logprobs; legacy completions: refused).
+  if (chat) {
+    out->logprobs = OptBool(b, "logprobs", "").value_or(false);
+    out->top_logprobs = static_cast<int>(OptInt(b, "top_logprobs", "", 0, kMaxTopLogprobs).value_or(0));
+    if (out->top_logprobs > 0 && !out->logprobs)
+      Fail("top_logprobs", "top_logprobs needs logprobs: true", "invalid_value");
+    s.logprobs = out->logprobs;
+    s.top_logprobs = out->top_logprobs;
+  } else if (Member(b, "logprobs")) {
+    Fail("logprobs", "logprobs is not supported on /v1/completions; use /v1/chat/completions with logprobs: true",
+         "not_supported");
+  }
+
+  // One answer only.
+  if (auto n = OptInt(b, "n", "", 1, 128); n && *n != 1)
+    Fail("n", "n must be 1: this server returns one choice per request", "not_supported");
+
+  // Streaming.
+  out->stream = OptBool(b, "stream", "").value_or(false);
+  if (const Json* so = OptObject(b, "stream_options", "")) {
+    out->include_usage = OptBool(*so, "include_usage", "stream_options").value_or(false);
+    (void)OptBool(*so, "include_obfuscation", "stream_options");
+    (void)OptBool(*so, "continuous_usage_stats", "stream_options");
+  }
+
+  // Output formats phi4mm cannot produce.
+  if (const Json* rf = OptObject(b, "response_format", "")) {
+    const std::string type = OptString(*rf, "type", "response_format").value_or("text");
+    if (type != "text")
+      Fail("response_format", "response_format " + type + " is not supported (no constrained decoding); only "
+                              "\"text\" is", "not_supported");
+  }
+  if (const Json* m = OptArray(b, "modalities", "")) {
+    for (size_t i = 0; i < m->size(); ++i)
+      if (!(*m)[i].is_string() || (*m)[i].get<std::string>() != "text")
+        Fail(Index("modalities", i), "this model answers in text only; modalities may only contain \"text\"",
+             "not_supported");
+  }
+  for (const char* f : {"audio", "prediction", "functions", "function_call", "web_search_options"})
+    if (Member(b, f))
+      Fail(f, std::string(f) + " is not supported by this server" +
+                  (std::string(f).rfind("function", 0) == 0 ? "; use tools / tool_choice" : ""),
+           "not_supported");
+  if (!chat) {
+    if (Member(b, "suffix")) Fail("suffix", "suffix (insertion) is not supported", "not_supported");
+    if (auto echo = OptBool(b, "echo", ""); echo && *echo) Fail("echo", "echo is not supported", "not_supported");
+    if (auto bo = OptInt(b, "best_of", "", 1, 128); bo && *bo != 1)
+      Fail("best_of", "best_of must be 1", "not_supported");
+  }
+
+  // Accepted and ignored (they do not change the answer).
+  (void)OptString(b, "user", "");
+  (void)OptString(b, "service_tier", "");
+  (void)OptString(b, "reasoning_effort", "");
+  (void)OptBool(b, "store", "");
+  (void)OptBool(b, "parallel_tool_calls", "");
+  (void)OptObject(b, "metadata", "");
+
+  if (Status st = g.Validate(facts.vocab_size); !st.ok()) Fail("", st.message(), "invalid_value");
+}
+
+void CollectIgnored(const Json& b, std::span<const std::string_view> known, ParsedRequest* out) {
+  for (auto it = b.begin(); it != b.end(); ++it) {
+    bool found = false;
+    for (std::string_view k : known) found = found || it.key() == k;
+    if (!found) out->ignored_fields.push_back(it.key());
+  }
+}
+
+}  // namespace phi4mm::server

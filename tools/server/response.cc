@@ -1,0 +1,118 @@
+// Response and chunk objects, usage, log-probabilities and SSE framing (response.h).
+#include "response.h"
+
+namespace phi4mm::server {
+
+const char* FinishReasonString(FinishReason r, bool tool_calls) {
+  if (tool_calls) return "tool_calls";
+  switch (r) {
+    case FinishReason::kEos:
+    case FinishReason::kStopString:
+      return "stop";
+    default:
+      return "length";
+  }
+}
+
+Json UsageJson(const RequestResult& r, int64_t dynamic_hd) {
+  int64_t image = 0, audio = 0;
+  for (int64_t n : r.count.image_tokens) image += n;
+  for (int64_t n : r.count.audio_tokens) audio += n;
+  const int64_t prompt = r.count.total_tokens;
+  const int64_t completion = static_cast<int64_t>(r.generation.tokens.size());
+  Json u = {{"prompt_tokens", prompt},
+            {"completion_tokens", completion},
+            {"total_tokens", prompt + completion},
+            {"prompt_tokens_details",
+             {{"cached_tokens", r.cached_prompt_tokens}, {"image_tokens", image}, {"audio_tokens", audio}}}};
+  if (!r.count.image_tokens.empty()) u["dynamic_hd"] = dynamic_hd;
+  return u;
+}
+
+namespace {
+Json TokenEntry(const Tokenizer& tok, int32_t id, float logprob) {
+  const std::string bytes = tok.TokenBytes(id);
+  Json b = Json::array();
+  for (unsigned char c : bytes) b.push_back(static_cast<int>(c));
+  return {{"token", bytes}, {"logprob", logprob}, {"bytes", std::move(b)}};
+}
+}  // namespace
+
+Json LogprobsJson(const Tokenizer& tok, std::span<const TokenLogprobs> lps) {
+  Json content = Json::array();
+  for (const TokenLogprobs& lp : lps) {
+    Json e = TokenEntry(tok, lp.id, lp.logprob);
+    Json top = Json::array();
+    for (const auto& [id, v] : lp.top) top.push_back(TokenEntry(tok, id, v));
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
+  }
+  return {{"content", std::move(content)}};
+}
+
+Json ToolCallsJson(const std::vector<ToolCall>& calls, bool with_index) {
+  Json a = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json c = {{"id", calls[i].id},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (with_index) c["index"] = i;
+    a.push_back(std::move(c));
+  }
+  return a;
+}
+
+Json ChatCompletionJson(const ResponseMeta& m, const std::string& content, const std::vector<ToolCall>& calls,
+                        const char* finish_reason, const Json& usage, const Json* logprobs) {
+  Json msg = {{"role", "assistant"}};
+  msg["content"] = content.empty() && !calls.empty() ? Json(nullptr) : Json(content);
+  if (!calls.empty()) msg["tool_calls"] = ToolCallsJson(calls, false);
+  Json choice = {{"index", 0}, {"message", std::move(msg)}, {"finish_reason", finish_reason}};
+  choice["logprobs"] = logprobs ? *logprobs : Json(nullptr);
+  return {{"id", m.id},          {"object", "chat.completion"}, {"created", m.created},
+          {"model", m.model},    {"choices", Json::array({std::move(choice)})},
+          {"usage", usage},      {"system_fingerprint", m.fingerprint}};
+}
+
+Json ChatChunkJson(const ResponseMeta& m, Json delta, const char* finish_reason, bool usage_null,
+                   const Json* logprobs) {
+  Json choice = {{"index", 0}, {"delta", std::move(delta)}};
+  choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json(nullptr);
+  choice["logprobs"] = logprobs ? *logprobs : Json(nullptr);
+  Json c = {{"id", m.id},       {"object", "chat.completion.chunk"}, {"created", m.created},
+            {"model", m.model}, {"system_fingerprint", m.fingerprint}, {"choices", Json::array({std::move(choice)})}};
+  if (usage_null) c["usage"] = nullptr;
+  return c;
+}
+
+Json UsageChunkJson(const ResponseMeta& m, const Json& usage, bool chat) {
+  return {{"id", m.id},
+          {"object", chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", m.created},
+          {"model", m.model},
+          {"system_fingerprint", m.fingerprint},
+          {"choices", Json::array()},
+          {"usage", usage}};
+}
+
+Json CompletionJson(const ResponseMeta& m, const std::string& text, const char* finish_reason, const Json& usage) {
+  Json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+  return {{"id", m.id},       {"object", "text_completion"}, {"created", m.created},
+          {"model", m.model}, {"choices", Json::array({std::move(choice)})},
+          {"usage", usage},   {"system_fingerprint", m.fingerprint}};
+}
+
+Json CompletionChunkJson(const ResponseMeta& m, const std::string& text, const char* finish_reason, bool usage_null) {
+  Json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}};
+  choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json(nullptr);
+  Json c = {{"id", m.id},       {"object", "text_completion"}, {"created", m.created},
+            {"model", m.model}, {"system_fingerprint", m.fingerprint}, {"choices", Json::array({std::move(choice)})}};
+  if (usage_null) c["usage"] = nullptr;
+  return c;
+}
+
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+std::string SseData(const Json& j) { return "data: " + Dump(j) + "\n\n"; }
+
+}  // namespace phi4mm::server
