@@ -15,9 +15,9 @@ void Transcribe(Server::Impl& s, const httplib::Request& req, httplib::Response&
   auto field = [&](const char* name) { return req.has_file(name) ? req.get_file_value(name).content : std::string(); };
   const std::string format = field("response_format").empty() ? "json" : field("response_format");
   if (format != "json" && format != "text")
-    return s.SendError(res, NotSupported("response_format", "response_format '" + format +
-                                                                "' is not supported (the model gives no timestamps); use "
-                                                                "json or text"));
+    return s.SendError(res, NotSupported("response_format", std::string("response_format '").append(format).append(
+                                                                "' is not supported (the model gives no timestamps); "
+                                                                "use json or text")));
   ParsedRequest p;
   p.model = field("model");
   if (ApiError e = DecodeAudioUpload(req.get_file_value("file").content, s.opts.limits.media, "file",
@@ -33,7 +33,7 @@ void Transcribe(Server::Impl& s, const httplib::Request& req, httplib::Response&
     p.engine.generate.sampling.temperature = static_cast<float>(t);
   }
   std::string instruction = translate ? s.opts.translate_prompt : s.opts.transcribe_prompt;
-  if (!field("prompt").empty()) instruction += " " + field("prompt");
+  if (const std::string extra = field("prompt"); !extra.empty()) instruction.append(" ").append(extra);
   std::vector<ChatMessage> msgs = {{"user", "<|audio_1|>\n" + instruction, std::nullopt}};
   auto rendered = RenderChatPrompt(msgs, true);
   if (!rendered.ok()) return s.SendError(res, FromStatus(rendered.status()));

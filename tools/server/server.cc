@@ -89,6 +89,15 @@ Result<int> Server::Start() {
 
   s.http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
     res.set_header("x-request-id", RandomId("req_", 20));
+    // `curl -d` labels JSON bodies application/x-www-form-urlencoded, which cpp-httplib would parse
+    // as a form and refuse with 413 beyond 8 KiB. Every POST body here is JSON or multipart, so the
+    // label is corrected before the body is read (the Request object is not const in the library;
+    // only the handler's view of it is).
+    if (req.method == "POST" && req.get_header_value("Content-Type") == "application/x-www-form-urlencoded") {
+      auto& headers = const_cast<httplib::Request&>(req).headers;
+      auto range = headers.equal_range("Content-Type");
+      for (auto it = range.first; it != range.second; ++it) it->second = "application/json";
+    }
     if (!s.opts.api_keys.empty() && !Public(req.path, s.opts)) {
       const std::string auth = req.get_header_value("Authorization");
       bool ok = false;
