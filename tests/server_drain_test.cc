@@ -92,7 +92,9 @@ TEST(ServerDrain, SigtermLetsTheRunningAnswerFinishThenExitsZero) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   httplib::Client cli("127.0.0.1", p.port);
   auto h = cli.Get("/health");
-  if (h) EXPECT_EQ(h->status, 503);  // unless the answer already ended and the server is gone
+  if (h) {
+    EXPECT_EQ(h->status, 503);  // unless the answer already ended and the server is gone
+  }
   const HttpResult r = stream.get();
   const auto events = SseEvents(r.body);
   ASSERT_GE(events.size(), 2u) << r.body;

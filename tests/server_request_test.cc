@@ -19,7 +19,8 @@ using Json = nlohmann::json;
 
 TEST(ServerBase64, RoundTripsAndRejectsBadInput) {
   std::string out;
-  for (const std::string s : {"", "f", "fo", "foo", "foob", "fooba", "foobar", std::string("\0\xff\x10", 3)}) {
+  const std::vector<std::string> cases = {"", "f", "fo", "foo", "foob", "fooba", "foobar", std::string("\0\xff\x10", 3)};
+  for (const std::string& s : cases) {
     ASSERT_TRUE(Base64Decode(Base64Encode(s), &out)) << s;
     EXPECT_EQ(out, s);
   }

@@ -140,7 +140,8 @@ struct Writer {
         return true;
       }
       if (!sink.is_writable()) return Abandon();
-      if (Clock::now() - last_write > ping) {
+      // A plain-text body (transcription response_format text) must not get keep-alive spaces.
+      if (!fmt.text_only && Clock::now() - last_write > ping) {
         if (!Write(sink, fmt.stream ? kSsePing : std::string_view(" "))) return Abandon();
       }
     }

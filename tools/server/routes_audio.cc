@@ -1,6 +1,6 @@
 // POST /v1/audio/transcriptions and /v1/audio/translations: OpenAI's Whisper API (multipart
-// `file`, `model`, `language`, `prompt`, `response_format` json|text, `temperature`) on the speech
-// path: one user turn with the clip and a fixed instruction.
+// `file`, `model`, `language`, `prompt`, `response_format` json|text, `temperature`, and phi4mm's
+// `max_tokens`) on the speech path: one user turn with the clip and a fixed instruction.
 #include "phi4mm/tokenizer/chat_format.h"
 #include "server_internal.h"
 
@@ -39,6 +39,13 @@ void Transcribe(Server::Impl& s, const httplib::Request& req, httplib::Response&
   if (!rendered.ok()) return s.SendError(res, FromStatus(rendered.status()));
   p.engine.prompt = std::move(rendered).value();
   p.engine.generate.max_new_tokens = s.opts.limits.default_max_tokens;
+  if (const std::string mt = field("max_tokens"); !mt.empty()) {  // phi4mm extension
+    char* end = nullptr;
+    const long long n = std::strtoll(mt.c_str(), &end, 10);
+    if (*end != '\0' || n < 1 || n > 1 << 20)
+      return s.SendError(res, InvalidRequest("max_tokens", "max_tokens must be a positive integer"));
+    p.engine.generate.max_new_tokens = n;
+  }
   OutputFormat f;
   f.kind = OutputFormat::kTranscription;
   f.text_only = format == "text";

@@ -7,17 +7,19 @@
 namespace phi4mm::server {
 
 using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
 
 namespace {
 
-void AppendPython(const Json& v, std::string* out) {
+template <typename J>
+void AppendPython(const J& v, std::string* out) {
   if (v.is_object()) {
     out->push_back('{');
     bool first = true;
     for (auto it = v.begin(); it != v.end(); ++it) {
       if (!first) *out += ", ";
       first = false;
-      *out += Json(it.key()).dump(-1, ' ', false, Json::error_handler_t::replace);
+      *out += J(it.key()).dump(-1, ' ', false, J::error_handler_t::replace);
       *out += ": ";
       AppendPython(it.value(), out);
     }
@@ -30,7 +32,7 @@ void AppendPython(const Json& v, std::string* out) {
     }
     out->push_back(']');
   } else {
-    *out += v.dump(-1, ' ', false, Json::error_handler_t::replace);
+    *out += v.dump(-1, ' ', false, J::error_handler_t::replace);
   }
 }
 
@@ -99,34 +101,39 @@ std::string PythonStyleJson(const Json& v) {
   return out;
 }
 
+// Items keep the model card's key order (name, description, parameters / name, arguments).
 std::string RenderToolList(const Json& tools) {
-  Json list = Json::array();
+  OrderedJson list = OrderedJson::array();
   for (const Json& t : tools) {
     const Json& f = t.at("function");
-    Json item = Json::object();
-    item["name"] = f.at("name");
-    if (auto d = f.find("description"); d != f.end() && !d->is_null()) item["description"] = *d;
-    if (auto p = f.find("parameters"); p != f.end() && !p->is_null()) item["parameters"] = *p;
+    OrderedJson item = OrderedJson::object();
+    item["name"] = OrderedJson::parse(f.at("name").dump());
+    if (auto d = f.find("description"); d != f.end() && !d->is_null()) item["description"] = OrderedJson::parse(d->dump());
+    if (auto p = f.find("parameters"); p != f.end() && !p->is_null()) item["parameters"] = OrderedJson::parse(p->dump());
     list.push_back(std::move(item));
   }
-  return PythonStyleJson(list);
+  std::string out;
+  AppendPython(list, &out);
+  return out;
 }
 
 std::string RenderToolCalls(const Json& tool_calls) {
-  Json list = Json::array();
+  OrderedJson list = OrderedJson::array();
   for (const Json& c : tool_calls) {
     const Json& f = c.at("function");
-    Json item = Json::object();
-    item["name"] = f.at("name");
-    Json args = Json::object();
+    OrderedJson item = OrderedJson::object();
+    item["name"] = OrderedJson::parse(f.at("name").dump());
+    OrderedJson args = OrderedJson::object();
     if (auto a = f.find("arguments"); a != f.end() && a->is_string()) {
-      args = Json::parse(a->get<std::string>(), nullptr, false);
-      if (args.is_discarded()) args = *a;
+      args = OrderedJson::parse(a->get<std::string>(), nullptr, false);  // the client's key order
+      if (args.is_discarded()) args = a->get<std::string>();
     }
     item["arguments"] = std::move(args);
     list.push_back(std::move(item));
   }
-  return std::string(kToolCallOpen) + PythonStyleJson(list) + std::string(kToolCallClose);
+  std::string out;
+  AppendPython(list, &out);
+  return std::string(kToolCallOpen) + out + std::string(kToolCallClose);
 }
 
 std::vector<ToolCall> ParseToolCalls(std::string_view text) {

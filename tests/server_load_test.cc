@@ -1,0 +1,148 @@
+// A bounded loopback load test of `phi4mm serve` on the tiny model (the spec's section J, CI-sized):
+// 16 concurrent clients x 6 requests mixing streamed and plain text, image, audio, image+audio,
+// tools and requests cancelled after two chunks. Every answer must equal the answer the same
+// request got alone (no cross-talk between batched requests); /health must answer within a second
+// throughout; at the end the metrics must balance (nothing running or waiting, no KV reserved,
+// every request counted, every cancellation counted) and the resident memory of the second half
+// must stay within 5% of the first half's. The server only ever listens on 127.0.0.1.
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "server/metrics.h"
+#include "server_test_util.h"
+
+namespace phi4mm::test {
+namespace {
+
+constexpr int kClients = 16, kPerClient = 6, kKinds = 7;
+
+Json Part(const std::string& type, const std::string& fixture) {
+  if (type == "image") return {{"type", "image_url"}, {"image_url", {{"url", DataUri("image/png", fixture)}, {"detail", "low"}}}};
+  return {{"type", "input_audio"}, {"input_audio", {{"data", server::Base64Encode(ReadFile(FixturePath(fixture)))}, {"format", "wav"}}}};
+}
+
+// Request body of kind k (0 text stream, 1 text, 2 image, 3 audio, 4 image+audio, 5 tools,
+// 6 cancelled stream).
+Json Body(int k) {
+  Json content;
+  switch (k) {
+    case 2: content = {Part("image", "images/tiny_5x7.png"), {{"type", "text"}, {"text", "What is this?"}}}; break;
+    case 3: content = {Part("audio", "audio/tone_1s_16k.wav"), {{"type", "text"}, {"text", "What do you hear?"}}}; break;
+    case 4: content = {Part("image", "images/tiny_5x7.png"), Part("audio", "audio/tone_1s_16k.wav")}; break;
+    default: content = std::string(k == 1 ? "Name three rivers." : "Tell me about the sea.");
+  }
+  Json b = ChatBody({{{"role", "user"}, {"content", content}}}, k == 6 ? 200 : 12);
+  if (k == 0 || k == 6) b["stream"] = true;
+  if (k == 5)
+    b["tools"] = Json::array({{{"type", "function"}, {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}}}}}}});
+  if (k == 6) b["logit_bias"] = {{"200020", -100}, {"199999", -100}};
+  return b;
+}
+
+// The answer text of a response (streamed or not).
+std::string AnswerText(const HttpResult& r, bool stream) {
+  if (!stream) {
+    const Json j = r.json();
+    if (!j.is_object() || !j.contains("choices")) return "<no answer: " + r.body.substr(0, 200) + ">";
+    const Json& c = j["choices"][0]["message"]["content"];
+    return c.is_string() ? c.get<std::string>() : "";
+  }
+  std::string text;
+  for (const std::string& e : SseEvents(r.body)) {
+    if (e == "[DONE]") break;
+    const Json c = Json::parse(e, nullptr, false);
+    if (!c.is_object() || !c.contains("choices")) return "<bad event: " + e.substr(0, 200) + ">";
+    if (!c["choices"].empty() && c["choices"][0]["delta"].contains("content"))
+      text += c["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  return text;
+}
+
+TEST(ServerLoad, MixedConcurrentClientsGetTheirSoloAnswers) {
+  auto s = StartTestServer();
+  std::vector<std::string> bodies, reference;
+  for (int k = 0; k < kKinds; ++k) bodies.push_back(Body(k).dump());
+  for (int k = 0; k < 6; ++k) {
+    auto r = Post(s.port, "/v1/chat/completions", bodies[k]);
+    ASSERT_EQ(r.status, 200) << "kind " << k << ": " << r.body.substr(0, 300);
+    reference.push_back(AnswerText(r, k == 0));
+  }
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> slow_health{0}, health_checks{0};
+  std::thread prober([&] {
+    while (!stop) {
+      const auto t0 = std::chrono::steady_clock::now();
+      httplib::Client cli("127.0.0.1", s.port);
+      auto h = cli.Get("/health");
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!h || h->status != 200 || dt > 1.0) ++slow_health;
+      ++health_checks;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+
+  std::mutex mu;
+  std::vector<std::string> failures;
+  std::atomic<int> cancelled{0}, sent{0}, done_first_half{0};
+  int64_t rss_half = 0;
+  auto client = [&](int c) {
+    for (int i = 0; i < kPerClient; ++i) {
+      const int k = (c * kPerClient + i) % kKinds;
+      ++sent;
+      if (k == 6) {
+        const int fd = RawConnect(s.port, RawPost("/v1/chat/completions", bodies[k]));
+        std::string got;
+        for (int reads = 0; reads < 200; ++reads) {
+          size_t n = 0;
+          for (size_t at = got.find("data: "); at != std::string::npos; at = got.find("data: ", at + 1)) ++n;
+          if (n >= 3) break;
+          const std::string more = RawReadUntil(fd, "\n\n");
+          if (more.empty()) break;
+          got += more;
+        }
+        close(fd);
+        ++cancelled;
+      } else {
+        auto r = Post(s.port, "/v1/chat/completions", bodies[k]);
+        const std::string text = r.status == 200 ? AnswerText(r, k == 0) : "<status " + std::to_string(r.status) + ">";
+        if (text != reference[k]) {
+          std::lock_guard<std::mutex> l(mu);
+          failures.push_back("client " + std::to_string(c) + " request " + std::to_string(i) + " kind " +
+                             std::to_string(k) + ": got '" + text + "', alone '" + reference[k] + "'");
+        }
+      }
+      if (i == kPerClient / 2 - 1 && ++done_first_half == kClients) {
+        std::lock_guard<std::mutex> l(mu);
+        rss_half = server::ResidentBytes();
+      }
+    }
+  };
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) clients.emplace_back(client, c);
+  for (auto& t : clients) t.join();
+  stop = true;
+  prober.join();
+  const int64_t rss_end = server::ResidentBytes();
+
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+  EXPECT_EQ(slow_health.load(), 0) << "of " << health_checks.load() << " health checks";
+  // The cancelled requests end within a step or two of their client leaving.
+  std::string m;
+  for (int i = 0; i < 100; ++i) {
+    m = Get(s.port, "/metrics").body;
+    if (MetricValue(m, "phi4mm_requests_running") == 0 && MetricValue(m, "phi4mm_requests_waiting") == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(MetricValue(m, "phi4mm_requests_running"), 0);
+  EXPECT_EQ(MetricValue(m, "phi4mm_requests_waiting"), 0);
+  EXPECT_EQ(MetricValue(m, "phi4mm_kv_cache_bytes"), 0);
+  EXPECT_EQ(MetricValue(m, "phi4mm_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"}"), sent.load() + 6);
+  EXPECT_EQ(MetricValue(m, "phi4mm_cancelled_total{reason=\"disconnect\"}"), cancelled.load());
+  ASSERT_GT(rss_half, 0);
+  EXPECT_LE(rss_end, rss_half + rss_half / 20) << "RSS grew from " << rss_half << " to " << rss_end;
+}
+
+}  // namespace
+}  // namespace phi4mm::test
