@@ -60,7 +60,14 @@ std::string AnswerText(const HttpResult& r, bool stream) {
 }
 
 TEST(ServerLoad, MixedConcurrentClientsGetTheirSoloAnswers) {
-  auto s = StartTestServer();
+  // HTTP threads as `phi4mm serve` sizes them (max_running + max_queue + 8), and caches small enough
+  // to reach their limits in the first half, so that RSS growth after it would be a leak.
+  server::ServerOptions so;
+  so.http_threads = 8 + 32 + 8;
+  EngineOptions eo;
+  eo.prefix_cache_bytes = int64_t{8} << 20;
+  eo.media_cache_bytes = int64_t{8} << 20;
+  auto s = StartTestServer(so, eo);
   std::vector<std::string> bodies, reference;
   for (int k = 0; k < kKinds; ++k) bodies.push_back(Body(k).dump());
   for (int k = 0; k < 6; ++k) {

@@ -2,6 +2,7 @@
 #include "json_fields.h"
 
 #include <cmath>
+#include <cstdio>
 
 namespace phi4mm::server {
 
@@ -37,6 +38,12 @@ const Json* Member(const Json& obj, std::string_view key) {
 }
 
 namespace {
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
 [[noreturn]] void WrongType(const std::string& param, const char* want, const Json& got) {
   Fail(param, param + " must be " + want + ", got " + TypeName(got), "invalid_type");
 }
@@ -68,7 +75,7 @@ std::optional<double> OptNumber(const Json& obj, std::string_view key, const std
   if (!v->is_number()) WrongType(Join(path, key), "a number", *v);
   const double d = v->get<double>();
   if (!(d >= lo && d <= hi))
-    Fail(Join(path, key), Join(path, key) + " must be between " + Json(lo).dump() + " and " + Json(hi).dump() +
+    Fail(Join(path, key), Join(path, key) + " must be between " + Num(lo) + " and " + Num(hi) +
                               ", got " + v->dump(),
          "out_of_range");
   return d;
