@@ -56,6 +56,11 @@ int main(int argc, char** argv) {
       app.add_subcommand("quantize", "Write a pre-quantized copy of a checkpoint that later starts map without converting");
   quantize_flags.Register(quantize);
 
+  PerplexityFlags perplexity_flags;
+  CLI::App* perplexity = app.add_subcommand(
+      "perplexity", "Perplexity of a text and KL divergence against a reference run, scored as llama-perplexity does");
+  perplexity_flags.Register(perplexity);
+
   bool known = argc <= 1 || argv[1][0] == '-';
   std::string names;
   for (const CLI::App* sub : app.get_subcommands({})) {
@@ -85,5 +90,6 @@ int main(int argc, char** argv) {
   if (count->parsed()) return CountCommand(count_model, count_media, prompt, system);
   if (bench->parsed()) return BenchCommand(bench_flags);
   if (quantize->parsed()) return QuantizeCommand(quantize_flags);
+  if (perplexity->parsed()) return PerplexityCommand(perplexity_flags);
   return 2;
 }
