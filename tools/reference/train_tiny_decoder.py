@@ -449,6 +449,7 @@ def main():
     log = [f"corpus: base {len(base)} files {len(base_ids)} tokens, vision {len(vision)} files {len(vision_ids)} "
            f"tokens, speech {len(speech)} files {len(speech_ids)} tokens, held-out {len(held)} files "
            f"{len(held_ids)} tokens",
+           f"steps: base {args.base_steps}, each adapter {args.lora_steps} (batch {BATCH} x {SEQ} tokens)",
            f"live vocabulary {len(live_ids)} ids: {100 * covered:.1f}% of base tokens, {100 * held_cov:.1f}% of "
            f"held-out tokens"]
     print("\n".join(log), flush=True)
@@ -465,7 +466,9 @@ def main():
 
     for name, ids in (("vision", vision_ids), ("speech", speech_ids)):
         spec = LORAS[name]
-        cfg = LoraConfig(r=spec["r"], lora_alpha=spec["lora_alpha"], lora_dropout=spec["dp"],
+        # Trained without dropout (the speech adapter's 0.01 is kept in the saved config, as inference ignores it):
+        # with PEFT's dropout active, a training step of the speech adapter took several times as long.
+        cfg = LoraConfig(r=spec["r"], lora_alpha=spec["lora_alpha"], lora_dropout=0.0,
                          target_modules=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])
         inject_adapter_in_model(cfg, module.model, adapter_name=name)
         set_lora(module, name)
