@@ -95,6 +95,16 @@ struct ServeFlags {
   void Register(CLI::App* app);
 };
 
+// `phi4mm perplexity` flags (tools/cli/cmd_perplexity.cc).
+struct PerplexityFlags {
+  ModelFlags model;
+  std::string text_file, lora = "none", save, reference;
+  int64_t context = 512;
+  int64_t chunks = 0;
+  bool json = false;
+  void Register(CLI::App* app);
+};
+
 // Prints "phi4mm: error: <message>" to stderr and returns the exit code for it.
 int ReportError(const Status& st);
 // Loads the model, printing the load time with --verbose.
@@ -125,6 +135,7 @@ int BenchCommand(const BenchFlags& flags);
 int BatchBenchCommand(const BenchFlags& flags);
 int QuantizeCommand(const QuantizeFlags& flags);
 int ServeCommand(const ServeFlags& flags);
+int PerplexityCommand(const PerplexityFlags& flags);
 int CountCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& prompt, const std::string& system);
 
 }  // namespace phi4mm::cli

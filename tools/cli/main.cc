@@ -60,6 +60,11 @@ int main(int argc, char** argv) {
   CLI::App* serve = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
   serve_flags.Register(serve);
 
+  PerplexityFlags perplexity_flags;
+  CLI::App* perplexity = app.add_subcommand(
+      "perplexity", "Perplexity of a text and KL divergence against a reference run, scored as llama-perplexity does");
+  perplexity_flags.Register(perplexity);
+
   bool known = argc <= 1 || argv[1][0] == '-';
   std::string names;
   for (const CLI::App* sub : app.get_subcommands({})) {
@@ -90,5 +95,6 @@ int main(int argc, char** argv) {
   if (bench->parsed()) return BenchCommand(bench_flags);
   if (quantize->parsed()) return QuantizeCommand(quantize_flags);
   if (serve->parsed()) return ServeCommand(serve_flags);
+  if (perplexity->parsed()) return PerplexityCommand(perplexity_flags);
   return 2;
 }
