@@ -6,7 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <set>
+#include <iterator>
+#include <map>
 
 #include <nlohmann/json.hpp>
 #include <onnx/onnx_pb.h>
