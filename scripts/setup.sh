@@ -6,6 +6,7 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libhwy-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       libcpp-httplib-dev libstb-dev libsndfile1-dev libsoxr-dev libwebp-dev libjpeg62-turbo-dev
+      libonnx-dev libprotobuf-dev
       clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

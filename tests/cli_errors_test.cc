@@ -150,6 +150,30 @@ TEST(CliErrors, BadSamplingFlags) {
   ExpectCliError(RunCli({"run", "-m", Orig(), "-p", "hi", "--lora", "audio"}), {"--lora", "'audio'"});
 }
 
+TEST(CliErrors, BadIdsAndExportFlags) {
+  ExpectCliError(RunCli({"run", "-m", Orig(), "--ids", "1,x,3"}), {"--ids", "'x'"});
+  ExpectCliError(RunCli({"run", "-m", Orig(), "--ids", "1,,3"}), {"--ids"});
+  ExpectCliError(RunCli({"run", "-m", Orig(), "--ids", "999999", "-n", "1"}), {"999999", "vocabulary"});
+  const std::string out = test::TempDir("cli_export_flags");
+#ifdef PHI4MM_HAVE_EXPORT
+  ExpectCliError(RunCli({"export", "-m", Orig(), "-o", out, "--precision", "int4"}), {"int4", "not written yet"});
+  ExpectCliError(RunCli({"export", "-m", Orig(), "-o", out, "--target", "tpu"}), {"--target", "'tpu'"});
+  ExpectCliError(RunCli({"export", "-m", Orig() + "/nope", "-o", out}), {"nope"});
+#else
+  ExpectCliError(RunCli({"export", "-m", Orig(), "-o", out}), {"libonnx-dev"});
+#endif
+}
+
+TEST(CliErrors, RunWithIdsWritesLogitsPerStep) {
+  const std::string dump = test::TempDir("cli_run_ids");
+  const CliResult r = RunCli({"run", "-m", Orig(), "--ids", "24912,2375", "--lora", "speech", "-n", "3", "-t", "1",
+                              "--dump", dump});
+  ASSERT_FALSE(r.signaled) << Describe(r);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (const char* f : {"/prefill.logits.npy", "/step.1.logits.npy", "/step.2.logits.npy", "/input_ids.npy"})
+    EXPECT_TRUE(std::filesystem::exists(dump + f)) << f;
+}
+
 // Usage errors exit 2 with one "phi4mm: error:" line naming the problem.
 TEST(CliErrors, UnknownSubcommandExits2) {
   const CliResult r = RunCli({"frobnicate", "-m", Orig()});
@@ -157,6 +181,9 @@ TEST(CliErrors, UnknownSubcommandExits2) {
   EXPECT_EQ(r.exit_code, 2) << Describe(r);
   EXPECT_NE(r.err.find("phi4mm: error: unknown command 'frobnicate'"), std::string::npos) << Describe(r);
   EXPECT_TRUE(OnlyWhitespace(r.out)) << Describe(r);
+  const CliResult no_prompt = RunCli({"run", "-m", Orig()});
+  EXPECT_EQ(no_prompt.exit_code, 2) << Describe(no_prompt);
+  EXPECT_NE(no_prompt.err.find("--ids"), std::string::npos) << Describe(no_prompt);
   const CliResult none = RunCli({});
   ASSERT_FALSE(none.signaled) << Describe(none);
   EXPECT_EQ(none.exit_code, 2) << Describe(none);

@@ -70,6 +70,13 @@ struct BenchFlags {
   void Register(CLI::App* app);
 };
 
+// `phi4mm export` flags (tools/cli/cmd_export.cc).
+struct ExportFlags {
+  std::string in_dir, out_dir, precision = "fp32", target = "cpu";
+  bool force = false;
+  void Register(CLI::App* app);
+};
+
 // `phi4mm quantize` flags (tools/cli/cmd_quantize.cc).
 struct QuantizeFlags {
   std::string in_dir, out_dir, quant;
@@ -126,8 +133,11 @@ class NpyDumper : public TensorTap {
   Status status_;
 };
 
+// `ids` (comma-separated token ids, used instead of the prompt when not empty) runs those ids as
+// they are: no chat template, no media.
 int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags& media, const std::string& prompt,
-               const std::string& system, bool raw, const std::string& dump_dir, const std::string& lora);
+               const std::string& system, bool raw, const std::string& dump_dir, const std::string& lora,
+               const std::string& ids);
 int ChatCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags& media, const std::string& system);
 int InfoCommand(const ModelFlags& mf, bool json);
 int TokenizeCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& text, bool chat);
@@ -136,6 +146,7 @@ int BatchBenchCommand(const BenchFlags& flags);
 int QuantizeCommand(const QuantizeFlags& flags);
 int ServeCommand(const ServeFlags& flags);
 int PerplexityCommand(const PerplexityFlags& flags);
+int ExportCommand(const ExportFlags& flags);
 int CountCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& prompt, const std::string& system);
 
 }  // namespace phi4mm::cli

@@ -1,6 +1,8 @@
 // `phi4mm run`: one prompt (with optional images and audio), answer streamed to stdout; optional
 // --dump of named tensors.
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <iterator>
@@ -20,6 +22,22 @@ Result<LoraMode> ParseLoraOverride(const std::string& s, LoraMode automatic) {
   return InvalidArgument("--lora must be auto, none, vision or speech, got '" + s + "'");
 }
 
+Result<std::vector<int32_t>> ParseIds(const std::string& s) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t end = std::min(s.find(',', pos), s.size());
+    const std::string tok = s.substr(pos, end - pos);
+    char* stop = nullptr;
+    const long long v = std::strtoll(tok.c_str(), &stop, 10);
+    if (tok.empty() || stop != tok.c_str() + tok.size() || v < 0 || v > INT32_MAX)
+      return InvalidArgument("--ids must be comma-separated non-negative token ids, got '" + tok + "' in '" + s + "'");
+    ids.push_back(static_cast<int32_t>(v));
+    pos = end + 1;
+  }
+  return ids;
+}
+
 Status WriteIds(const std::string& path, const std::vector<int32_t>& ids) {
   std::vector<int64_t> v(ids.begin(), ids.end());
   return WriteNpyI64(path, v.data(), {static_cast<int64_t>(v.size())});
@@ -28,13 +46,22 @@ Status WriteIds(const std::string& path, const std::vector<int32_t>& ids) {
 }  // namespace
 
 int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags& mflags, const std::string& prompt_arg,
-               const std::string& system, bool raw, const std::string& dump_dir, const std::string& lora) {
+               const std::string& system, bool raw, const std::string& dump_dir, const std::string& lora,
+               const std::string& ids_arg) {
   std::string prompt = prompt_arg;
   if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   const GenerateOptions opts = gf.ToOptions();
   if (Status st = opts.Validate(); !st.ok()) return ReportError(st);
   auto media = mflags.Load();
   if (!media.ok()) return ReportError(media.status());
+  std::vector<int32_t> given_ids;
+  if (!ids_arg.empty()) {
+    auto parsed = ParseIds(ids_arg);
+    if (!parsed.ok()) return ReportError(parsed.status());
+    if (!media->images.empty() || !media->audios.empty())
+      return ReportError(InvalidArgument("--ids runs token ids alone; --image / --audio need -p"));
+    given_ids = std::move(parsed).value();
+  }
   auto rendered = RenderUserPrompt(prompt, system, raw, media->images.size(), media->audios.size());
   if (!rendered.ok()) return ReportError(rendered.status());
   auto model = LoadModel(mf);
@@ -47,7 +74,9 @@ int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags
     if (ec) return ReportError(InvalidArgument("cannot create dump folder '" + dump_dir + "': " + ec.message()));
     dumper = std::make_unique<NpyDumper>(dump_dir);
   }
-  auto prepared = PreparePrompt(**model, *rendered, *media, mflags.ToPromptOptions(), dumper.get());
+  Result<PreparedPrompt> prepared = PreparedPrompt{};
+  if (given_ids.empty()) prepared = PreparePrompt(**model, *rendered, *media, mflags.ToPromptOptions(), dumper.get());
+  else prepared->ids = given_ids;
   if (!prepared.ok()) return ReportError(prepared.status());
   auto mode = ParseLoraOverride(lora, prepared->mode);
   if (!mode.ok()) return ReportError(mode.status());

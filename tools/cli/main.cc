@@ -12,14 +12,18 @@ int main(int argc, char** argv) {
   ModelFlags run_model, chat_model, info_model, tok_model, count_model;
   GenerationFlags run_gen, chat_gen;
   MediaFlags run_media, chat_media, tok_media, count_media;
-  std::string prompt, system, dump_dir, lora = "auto", text;
+  std::string prompt, system, dump_dir, lora = "auto", text, ids;
   bool raw = false, info_json = false, tok_chat = false;
 
   CLI::App* run = app.add_subcommand("run", "Answer one prompt, streamed to stdout");
   run_model.Register(run);
   run_gen.Register(run);
   run_media.Register(run);
-  run->add_option("-p,--prompt", prompt, "The user prompt ('-' reads stdin)")->required();
+  CLI::Option* prompt_opt = run->add_option("-p,--prompt", prompt, "The user prompt ('-' reads stdin)");
+  run->add_option("--ids", ids,
+                  "Comma-separated token ids to run as the whole prompt instead of -p (no chat template, no media; "
+                  "with --dump, the logits of every step are written)")
+      ->excludes(prompt_opt);
   run->add_option("--system", system, "System prompt");
   run->add_flag("--raw", raw, "Use the prompt as is, without the chat template");
   run->add_option("--dump", dump_dir, "Write named intermediate tensors and logits as .npy files to this folder");
@@ -65,6 +69,11 @@ int main(int argc, char** argv) {
       "perplexity", "Perplexity of a text and KL divergence against a reference run, scored as llama-perplexity does");
   perplexity_flags.Register(perplexity);
 
+  ExportFlags export_flags;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "Write the ONNX Runtime GenAI phi4mm package (ONNX models, genai_config.json, processors, tokenizer)");
+  export_flags.Register(export_cmd);
+
   bool known = argc <= 1 || argv[1][0] == '-';
   std::string names;
   for (const CLI::App* sub : app.get_subcommands({})) {
@@ -87,7 +96,13 @@ int main(int argc, char** argv) {
                  argc > 1 && argv[1][0] != '-' ? (std::string(argv[1]) + " ").c_str() : "");
     return 2;
   }
-  if (run->parsed()) return RunCommand(run_model, run_gen, run_media, prompt, system, raw, dump_dir, lora);
+  if (run->parsed()) {
+    if (prompt.empty() && ids.empty()) {
+      std::fprintf(stderr, "phi4mm: error: run needs -p/--prompt or --ids (see phi4mm run --help)\n");
+      return 2;
+    }
+    return RunCommand(run_model, run_gen, run_media, prompt, system, raw, dump_dir, lora, ids);
+  }
   if (chat->parsed()) return ChatCommand(chat_model, chat_gen, chat_media, system);
   if (info->parsed()) return InfoCommand(info_model, info_json);
   if (tokenize->parsed()) return TokenizeCommand(tok_model, tok_media, text, tok_chat);
@@ -96,5 +111,6 @@ int main(int argc, char** argv) {
   if (quantize->parsed()) return QuantizeCommand(quantize_flags);
   if (serve->parsed()) return ServeCommand(serve_flags);
   if (perplexity->parsed()) return PerplexityCommand(perplexity_flags);
+  if (export_cmd->parsed()) return ExportCommand(export_flags);
   return 2;
 }

@@ -9,6 +9,7 @@
 
 #include "phi4mm/kernels/attention.h"
 #include "phi4mm/kernels/ops.h"
+#include "phi4mm/models/tensor_manifest.h"
 #include "phi4mm/models/weight_loading.h"
 
 namespace phi4mm {
@@ -92,27 +93,26 @@ Result<std::shared_ptr<const Decoder>> Decoder::Load(const Checkpoint& ckpt, con
                                                      std::shared_ptr<const TokenEmbedding> embedding,
                                                      QuantMode quant, ThreadPool* pool, KvDType kv_dtype) {
   const TextConfig& c = mc.text;
-  const std::optional<WeightFormat> lf = LinearFormat(quant);
   std::shared_ptr<Decoder> d(new Decoder(c));
   d->embedding_ = std::move(embedding);
   d->kv_dtype_ = kv_dtype;
   const int64_t H = c.hidden_size, hd = c.head_dim;
   const int64_t qkv_out = (c.num_attention_heads + 2 * c.num_key_value_heads) * hd;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string p = names::DecoderLayer(i);
     DecoderLayerWeights L;
     PHI4MM_ASSIGN_OR_RETURN(L.input_norm, LoadVector(ckpt, p + "input_layernorm.weight", H));
     PHI4MM_ASSIGN_OR_RETURN(L.post_attn_norm, LoadVector(ckpt, p + "post_attention_layernorm.weight", H));
-    PHI4MM_ASSIGN_OR_RETURN(L.qkv, LoraLinear::Load(ckpt, mc, p + "self_attn.qkv_proj", qkv_out, H, lf, pool));
-    PHI4MM_ASSIGN_OR_RETURN(L.o, LoraLinear::Load(ckpt, mc, p + "self_attn.o_proj", H, c.num_attention_heads * hd, lf, pool));
-    PHI4MM_ASSIGN_OR_RETURN(L.gate_up, LoraLinear::Load(ckpt, mc, p + "mlp.gate_up_proj", 2 * c.intermediate_size, H, lf, pool));
-    PHI4MM_ASSIGN_OR_RETURN(L.down, LoraLinear::Load(ckpt, mc, p + "mlp.down_proj", H, c.intermediate_size, lf, pool));
+    PHI4MM_ASSIGN_OR_RETURN(L.qkv, LoraLinear::Load(ckpt, mc, p + "self_attn.qkv_proj", qkv_out, H, quant, pool));
+    PHI4MM_ASSIGN_OR_RETURN(L.o, LoraLinear::Load(ckpt, mc, p + "self_attn.o_proj", H, c.num_attention_heads * hd, quant, pool));
+    PHI4MM_ASSIGN_OR_RETURN(L.gate_up, LoraLinear::Load(ckpt, mc, p + "mlp.gate_up_proj", 2 * c.intermediate_size, H, quant, pool));
+    PHI4MM_ASSIGN_OR_RETURN(L.down, LoraLinear::Load(ckpt, mc, p + "mlp.down_proj", H, c.intermediate_size, quant, pool));
     d->layers_.push_back(std::move(L));
   }
-  PHI4MM_ASSIGN_OR_RETURN(d->final_norm_, LoadVector(ckpt, "model.norm.weight", H));
-  if (const TensorView* lm = ckpt.Find("lm_head.weight"); lm != nullptr && !c.tie_word_embeddings) {
-    PHI4MM_ASSIGN_OR_RETURN(d->untied_lm_head_, LoadWeight(ckpt, "lm_head.weight", {c.vocab_size, H}, c.vocab_size, H,
-                                                           EmbeddingFormat(quant), pool));
+  PHI4MM_ASSIGN_OR_RETURN(d->final_norm_, LoadVector(ckpt, names::kFinalNorm, H));
+  if (const TensorView* lm = ckpt.Find(names::kLmHead); lm != nullptr && !c.tie_word_embeddings) {
+    PHI4MM_ASSIGN_OR_RETURN(d->untied_lm_head_, LoadWeight(ckpt, names::kLmHead, {c.vocab_size, H}, c.vocab_size, H,
+                                                           FormatFor(TensorRole::kLmHead, quant), pool));
   } else if (!c.tie_word_embeddings) {
     return NotFound("config.json says tie_word_embeddings=false but the checkpoint has no lm_head.weight");
   }

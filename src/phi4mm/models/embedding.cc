@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "phi4mm/models/tensor_manifest.h"
 #include "phi4mm/models/weight_loading.h"
 
 namespace phi4mm {
@@ -11,8 +12,8 @@ namespace phi4mm {
 Result<TokenEmbedding> TokenEmbedding::Load(const Checkpoint& ckpt, const TextConfig& cfg, QuantMode quant,
                                             ThreadPool* pool) {
   TokenEmbedding e;
-  PHI4MM_ASSIGN_OR_RETURN(e.table_, LoadWeight(ckpt, "model.embed_tokens.weight", {cfg.vocab_size, cfg.hidden_size},
-                                               cfg.vocab_size, cfg.hidden_size, EmbeddingFormat(quant), pool));
+  PHI4MM_ASSIGN_OR_RETURN(e.table_, LoadWeight(ckpt, names::kEmbedTokens, {cfg.vocab_size, cfg.hidden_size}, cfg.vocab_size,
+                                               cfg.hidden_size, FormatFor(TensorRole::kEmbeddingTable, quant), pool));
   return e;
 }
 

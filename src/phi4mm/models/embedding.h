@@ -15,7 +15,7 @@ namespace phi4mm {
 
 class TokenEmbedding {
  public:
-  // The table is converted to EmbeddingFormat(quant) when that is set (rows split over `pool`).
+  // The table is converted to FormatFor(kEmbeddingTable, quant) (models/tensor_manifest.h) when that is set (rows split over `pool`).
   static Result<TokenEmbedding> Load(const Checkpoint& ckpt, const TextConfig& cfg,
                                      QuantMode quant = QuantMode::kNone, ThreadPool* pool = nullptr);
   const WeightMatrix& matrix() const { return table_; }

@@ -1,31 +1,21 @@
 // LoraLinear loading and forward.
 #include "phi4mm/models/lora_linear.h"
 
+#include "phi4mm/models/tensor_manifest.h"
 #include "phi4mm/models/weight_loading.h"
 
 namespace phi4mm {
 
 namespace {
 
-// The adapters' storage for a base format, decided by measurement (docs/benchmarks.md): as stored
-// for none; bf16 with bf16 and with Q8_0 bases (an 8-bit adapter on top of the 8-bit base flipped
-// decisive greedy steps of the tiny vision/speech cases, while bf16 adapters already keep q8 LoRA
-// decode above 80% of text-only); Q8_0 under Q4_K, where bf16 adapters cost 29-37% more bytes per
-// token (vision r=256, speech r=320 on every linear layer) and Q8_0 ones left the q4 logits' cosine
-// unchanged (within 0.003 on every tiny case). The rank-r intermediate is too narrow for 4 bits.
-std::optional<WeightFormat> AdapterFormat(std::optional<WeightFormat> base_format) {
-  if (base_format == WeightFormat::kQ4K) return WeightFormat::kQ8_0;
-  if (base_format == WeightFormat::kQ8_0) return WeightFormat::kBF16;
-  return base_format;
-}
-
 Result<std::optional<LoraAdapter>> LoadAdapter(const Checkpoint& ckpt, const LoraAdapterConfig& lc,
                                                const std::string& prefix, const std::string& name,
                                                int64_t out, int64_t in, std::optional<WeightFormat> format,
                                                ThreadPool* pool) {
   if (!lc.present) return std::optional<LoraAdapter>();
-  const std::string a_name = prefix + ".lora_A." + name + ".weight";
-  const std::string b_name = prefix + ".lora_B." + name + ".weight";
+  const LoraMode mode = name == "vision" ? LoraMode::kVision : LoraMode::kSpeech;
+  const std::string a_name = names::LoraA(prefix, mode);
+  const std::string b_name = names::LoraB(prefix, mode);
   if (ckpt.Find(a_name) == nullptr && ckpt.Find(b_name) == nullptr)
     return NotFound("config declares a " + name + " LoRA (r=" + std::to_string(lc.rank) + ") but the checkpoint has no '" +
                     ckpt.SourceName(a_name) + "'");
@@ -39,12 +29,11 @@ Result<std::optional<LoraAdapter>> LoadAdapter(const Checkpoint& ckpt, const Lor
 }  // namespace
 
 Result<LoraLinear> LoraLinear::Load(const Checkpoint& ckpt, const ModelConfig& cfg, const std::string& prefix,
-                                    int64_t out_features, int64_t in_features,
-                                    std::optional<WeightFormat> base_format, ThreadPool* pool) {
+                                    int64_t out_features, int64_t in_features, QuantMode quant, ThreadPool* pool) {
   LoraLinear l;
   PHI4MM_ASSIGN_OR_RETURN(l.base_, LoadWeight(ckpt, prefix + ".weight", {out_features, in_features}, out_features,
-                                              in_features, base_format, pool));
-  const std::optional<WeightFormat> af = AdapterFormat(base_format);
+                                              in_features, FormatFor(TensorRole::kDecoderLinear, quant), pool));
+  const std::optional<WeightFormat> af = FormatFor(TensorRole::kLoraA, quant);
   PHI4MM_ASSIGN_OR_RETURN(l.vision_,
                           LoadAdapter(ckpt, cfg.vision_lora, prefix, "vision", out_features, in_features, af, pool));
   PHI4MM_ASSIGN_OR_RETURN(l.speech_,

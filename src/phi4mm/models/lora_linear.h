@@ -1,8 +1,8 @@
 // A bias-free linear layer with optional per-modality LoRA adapters, as PEFT's lora.Linear
 // computes it (reference-spec §6.2): y = W·x + (B·(A·x)) · (alpha / r), with at most one adapter
 // active (chosen by LoraMode). The base matrix may be converted at load (bf16, Q8_0, Q4_K); the
-// low-rank adapters follow it (bf16 with bf16 and Q8_0, Q8_0 under Q4_K). Weights are immutable
-// and shared; scratch comes from the caller.
+// low-rank adapters follow it (bf16 with bf16 and Q8_0, Q8_0 under Q4_K: the manifest's
+// FormatFor). Weights are immutable and shared; scratch comes from the caller.
 #pragma once
 
 #include <optional>
@@ -32,10 +32,11 @@ class LoraLinear {
  public:
   // Loads `<prefix>.weight` [out, in] and, when the config has them, the adapters
   // `<prefix>.lora_{A,B}.{vision,speech}.weight`. Shapes are checked against the config. The base
-  // weight is converted to `base_format` when set (rows split over `pool`).
+  // weight and the adapters are converted to the formats the manifest's policy gives `quant`
+  // (FormatFor kDecoderLinear / kLoraA, models/tensor_manifest.h; rows split over `pool`).
   static Result<LoraLinear> Load(const Checkpoint& ckpt, const ModelConfig& cfg, const std::string& prefix,
-                                 int64_t out_features, int64_t in_features,
-                                 std::optional<WeightFormat> base_format = std::nullopt, ThreadPool* pool = nullptr);
+                                 int64_t out_features, int64_t in_features, QuantMode quant = QuantMode::kNone,
+                                 ThreadPool* pool = nullptr);
 
   int64_t out_features() const { return base_.rows(); }
   int64_t in_features() const { return base_.cols(); }

@@ -15,6 +15,7 @@
 #include "phi4mm/kernels/ops.h"
 #include "phi4mm/kernels/speech_ops.h"
 #include "phi4mm/kernels/weight_matrix.h"
+#include "phi4mm/models/tensor_manifest.h"
 #include "phi4mm/models/weight_loading.h"
 
 namespace phi4mm {
@@ -25,7 +26,7 @@ constexpr float kLayerNormEps = 1e-5f;  // every nn.LayerNorm of the encoder use
 // Phi4MultimodalAudioModel.forward: `max_seq_len = 500`; longer encoder sequences are zero-padded to
 // a multiple of it and every block runs on each 500-frame chunk independently (spec §5.4).
 constexpr int64_t kMaxSeqLen = 500;
-const std::string kPrefix = "model.embed_tokens_extend.audio_embed.";
+const std::string kPrefix = names::kSpeechPrefix;
 
 // nn.Linear, or a Conv1d/Conv2d with a 1-wide kernel (weight [out, in, 1(, 1)]), with bias.
 struct Linear {

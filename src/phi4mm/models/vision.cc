@@ -11,13 +11,14 @@
 
 #include "phi4mm/kernels/vision_ops.h"
 #include "phi4mm/models/vision_position.h"
+#include "phi4mm/models/tensor_manifest.h"
 #include "phi4mm/models/weight_loading.h"
 
 namespace phi4mm {
 
 namespace {
 
-const char kPrefix[] = "model.embed_tokens_extend.image_embed.";
+const char* const kPrefix = names::kVisionPrefix;
 
 void Tap(TensorTap* tap, const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
   if (tap) tap->Tap(name, v.data(), shape);
@@ -26,13 +27,7 @@ void Tap(TensorTap* tap, const std::string& name, const std::vector<float>& v, s
 }  // namespace
 
 std::optional<WeightFormat> VisionModel::EncoderLinearFormat(QuantMode quant) {
-  switch (quant) {
-    case QuantMode::kNone: return std::nullopt;
-    case QuantMode::kBF16: return WeightFormat::kBF16;
-    case QuantMode::kQ8:
-    case QuantMode::kQ4: return WeightFormat::kQ8_0;
-  }
-  return std::nullopt;
+  return FormatFor(TensorRole::kEncoderLinear, quant);
 }
 
 Result<std::shared_ptr<const VisionModel>> VisionModel::Load(const Checkpoint& ckpt, const ModelConfig& mc,

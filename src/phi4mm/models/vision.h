@@ -67,7 +67,8 @@ class VisionModel {
   static Result<std::shared_ptr<const VisionModel>> Load(const Checkpoint& ckpt, const ModelConfig& cfg,
                                                          QuantMode quant = QuantMode::kNone,
                                                          ThreadPool* pool = nullptr);
-  // The format of the encoder layers' q/k/v/out/fc1/fc2 under `quant`: as stored for kNone, bf16
+  // The format of the encoder layers' q/k/v/out/fc1/fc2 under `quant` (the manifest's policy,
+  // FormatFor kEncoderLinear): as stored for kNone, bf16
   // for kBF16, Q8_0 for kQ8 and kQ4 (the encoder gets no 4-bit format: int8 keeps its features
   // close to float, see tests/vision_quant_test.cc, and its GEMMs are compute-bound, not read-bound).
   static std::optional<WeightFormat> EncoderLinearFormat(QuantMode quant);

@@ -119,7 +119,17 @@ Result<PreparedPrompt> PreparePrompt(const Model& model, std::string_view render
   if (!p.images.empty()) {
     PHI4MM_ASSIGN_OR_RETURN(const VisionModel* vision, model.vision());
     for (size_t k = 0; k < p.images.size(); ++k) {
-      auto f = vision->Encode(p.images[k], model.pool(), tap, "image." + std::to_string(k) + ".");
+      const std::string prefix = "image." + std::to_string(k) + ".";
+      if (tap != nullptr) {  // the processor's tensors, as the ONNX vision model takes them
+        const ProcessedImage& im = p.images[k];
+        const int64_t S = im.crop_size, P = im.patches_per_side;
+        const std::vector<float> mask(im.attention_mask.begin(), im.attention_mask.end());
+        const float sizes[2] = {static_cast<float>(im.hd_height), static_cast<float>(im.hd_width)};
+        tap->Tap(prefix + "pixel_values", im.pixel_values.data(), {im.num_crops, 3, S, S});
+        tap->Tap(prefix + "image_attention_mask", mask.data(), {im.num_crops, P, P});
+        tap->Tap(prefix + "image_sizes", sizes, {2});
+      }
+      auto f = vision->Encode(p.images[k], model.pool(), tap, prefix);
       if (!f.ok()) return f.status().WithContext("image " + std::to_string(k + 1));
       out.features.image.insert(out.features.image.end(), f->begin(), f->end());
     }
@@ -127,6 +137,12 @@ Result<PreparedPrompt> PreparePrompt(const Model& model, std::string_view render
   if (!p.audios.empty()) {
     PHI4MM_ASSIGN_OR_RETURN(const SpeechModel* speech, model.speech());
     for (size_t k = 0; k < p.audios.size(); ++k) {
+      if (tap != nullptr) {  // the processor's log-mel, as the ONNX speech model takes it
+        const AudioFeatures& af = p.audios[k];
+        const float tokens = static_cast<float>(af.num_tokens);
+        tap->Tap("audio." + std::to_string(k) + ".audio_embeds", af.log_mel.data(), {af.frames, af.num_mel});
+        tap->Tap("audio." + std::to_string(k) + ".audio_sizes", &tokens, {1});
+      }
       auto f = speech->Encode(p.audios[k], has_image, model.pool(), tap, "audio." + std::to_string(k) + ".");
       if (!f.ok()) return f.status().WithContext("audio " + std::to_string(k + 1));
       out.features.audio.insert(out.features.audio.end(), f->begin(), f->end());

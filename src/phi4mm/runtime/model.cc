@@ -1,6 +1,8 @@
 // Model loading: config, tokenizer, checkpoint, then the parts, each shape-checked.
 #include "phi4mm/runtime/model.h"
 
+#include "phi4mm/models/tensor_manifest.h"
+
 namespace phi4mm {
 
 Result<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const LoadOptions& opts) {
@@ -47,21 +49,18 @@ ModelInfo Model::Info() const {
   info.layout = LayoutName(config_.layout);
   info.dir = checkpoint_->dir();
   info.num_files = checkpoint_->num_files();
-  const std::string img = "model.embed_tokens_extend.image_embed.";
-  const std::string aud = "model.embed_tokens_extend.audio_embed.";
+  const TensorManifest manifest = TensorManifest::ForConfig(config_);
   for (const auto& [name, t] : checkpoint_->tensors()) {
     const int64_t n = t.packed ? t.packed->rows * t.packed->cols : t.numel();
     info.params_by_dtype[t.packed ? t.packed->format : DTypeName(t.dtype)] += n;
-    if (name == "model.embed_tokens.weight") info.params_embedding += n;
-    else if (name.find(".lora_A.vision.") != std::string::npos || name.find(".lora_B.vision.") != std::string::npos)
-      info.params_vision_lora += n;
-    else if (name.find(".lora_A.speech.") != std::string::npos || name.find(".lora_B.speech.") != std::string::npos)
-      info.params_speech_lora += n;
-    else if (name.rfind(img, 0) == 0) info.params_vision += n;
-    else if (name.rfind(aud, 0) == 0) info.params_speech += n;
-    else if (name.rfind("model.layers.", 0) == 0 || name == "model.norm.weight" || name == "lm_head.weight")
-      info.params_decoder += n;
-    else info.params_other += n;
+    const TensorSpec* spec = manifest.Find(name);
+    if (spec == nullptr) info.params_other += n;
+    else if (spec->role == TensorRole::kLoraA || spec->role == TensorRole::kLoraB)
+      (spec->adapter == LoraMode::kVision ? info.params_vision_lora : info.params_speech_lora) += n;
+    else if (spec->part == ModelPart::kEmbedding) info.params_embedding += n;
+    else if (spec->part == ModelPart::kVision) info.params_vision += n;
+    else if (spec->part == ModelPart::kSpeech) info.params_speech += n;
+    else info.params_decoder += n;
   }
   const TextConfig& t = config_.text;
   info.context_length = t.max_position_embeddings;

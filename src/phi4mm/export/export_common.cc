@@ -1,0 +1,43 @@
+// Export options, contract names and float32 tensor reads for the exporter.
+#include "phi4mm/export/export_common.h"
+
+#include "phi4mm/models/weight_loading.h"
+
+namespace phi4mm::exporter {
+
+Status ExportOptions::Validate() const {
+  if (precision == "fp16" || precision == "int4")
+    return Unsupported("--precision " + precision +
+                       " is not written yet; this phi4mm exports --precision fp32 (docs/onnx-export.md)");
+  if (precision != "fp32") return InvalidArgument("--precision must be fp32, fp16 or int4, got '" + precision + "'");
+  if (target != "cpu" && target != "cuda") return InvalidArgument("--target must be cpu or cuda, got '" + target + "'");
+  return Status::Ok();
+}
+
+std::string PastKeyName(int64_t l) { return "past_key_values." + std::to_string(l) + ".key"; }
+std::string PastValueName(int64_t l) { return "past_key_values." + std::to_string(l) + ".value"; }
+std::string PresentKeyName(int64_t l) { return "present." + std::to_string(l) + ".key"; }
+std::string PresentValueName(int64_t l) { return "present." + std::to_string(l) + ".value"; }
+
+Result<std::vector<float>> ReadFloats(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols,
+                                      const std::vector<int64_t>& shape) {
+  PHI4MM_ASSIGN_OR_RETURN(WeightMatrix m,
+                          LoadWeight(ckpt, name, shape.empty() ? std::vector<int64_t>{rows, cols} : shape, rows, cols));
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) m.Row(r, out.data() + r * cols);
+  return out;
+}
+
+Result<std::vector<float>> ReadTransposed(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols,
+                                          float scale, const std::vector<int64_t>& shape) {
+  PHI4MM_ASSIGN_OR_RETURN(WeightMatrix m,
+                          LoadWeight(ckpt, name, shape.empty() ? std::vector<int64_t>{rows, cols} : shape, rows, cols));
+  std::vector<float> row(static_cast<size_t>(cols)), out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    m.Row(r, row.data());
+    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(c * rows + r)] = row[static_cast<size_t>(c)] * scale;
+  }
+  return out;
+}
+
+}  // namespace phi4mm::exporter

@@ -1,0 +1,49 @@
+// Shared pieces of the ONNX exporter (docs/onnx-export.md): the export options, the graph
+// contract's names (those of Microsoft's Phi-4-multimodal-instruct-onnx package, which ONNX
+// Runtime GenAI's `phi4mm` model type binds by name), and checkpoint tensors read as float32
+// (transposed for MatMul) through the manifest's names and shapes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "phi4mm/base/status.h"
+#include "phi4mm/io/checkpoint.h"
+
+namespace phi4mm::exporter {
+
+struct ExportOptions {
+  std::string precision = "fp32";  // fp32 (fp16 and int4 are not written yet)
+  std::string target = "cpu";      // cpu | cuda (sets the session providers of genai_config.json)
+  Status Validate() const;
+};
+
+// File names of the package.
+inline constexpr const char* kTextFile = "phi-4-mm-text.onnx";
+inline constexpr const char* kEmbeddingFile = "phi-4-mm-embedding.onnx";
+inline constexpr const char* kVisionFile = "phi-4-mm-vision.onnx";
+inline constexpr const char* kSpeechFile = "phi-4-mm-speech.onnx";
+
+// Decoder I/O names (genai_config.json `decoder.inputs` / `outputs`).
+inline constexpr const char* kInputsEmbeds = "inputs_embeds";
+inline constexpr const char* kAttentionMask = "attention_mask";
+inline constexpr const char* kInputIds = "input_ids";
+inline constexpr const char* kLogits = "logits";
+std::string PastKeyName(int64_t layer);    // past_key_values.<l>.key
+std::string PastValueName(int64_t layer);  // past_key_values.<l>.value
+std::string PresentKeyName(int64_t layer);    // present.<l>.key
+std::string PresentValueName(int64_t layer);  // present.<l>.value
+// Embedding model I/O names.
+inline constexpr const char* kImageFeatures = "image_features";
+inline constexpr const char* kAudioFeatures = "audio_features";
+
+// Tensor `name` seen as [rows, cols], float32, row-major; `shape` is its stored shape when that is
+// not [rows, cols] (a 1-wide convolution kernel [out, in, 1], a bias [1, d, 1]).
+Result<std::vector<float>> ReadFloats(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols,
+                                      const std::vector<int64_t>& shape = {});
+// Tensor `name` [rows, cols] transposed to [cols, rows] float32, times `scale`.
+Result<std::vector<float>> ReadTransposed(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols,
+                                          float scale = 1.0f, const std::vector<int64_t>& shape = {});
+
+}  // namespace phi4mm::exporter

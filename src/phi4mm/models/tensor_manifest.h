@@ -1,0 +1,97 @@
+// The tensor manifest: every tensor of a Phi-4-multimodal checkpoint, derived from its
+// configuration alone, with the part of the four-model split it belongs to (embedding, text
+// decoder, vision, speech), its role, its exact shape, its name in both checkpoint layouts
+// (Microsoft's original and the native transformers port with PEFT adapter folders), and the
+// weight format each `--quant` mode stores it in. The loaders, `phi4mm info`, `phi4mm quantize`
+// and the ONNX exporter read names and the quantization policy from here, so they live in one
+// place. Canonical names are the ones io/checkpoint.h exposes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phi4mm/io/model_config.h"
+#include "phi4mm/kernels/weight_matrix.h"
+#include "phi4mm/models/lora_mode.h"
+
+namespace phi4mm {
+
+enum class ModelPart { kEmbedding, kDecoder, kVision, kSpeech };
+const char* ModelPartName(ModelPart p);
+
+enum class TensorRole {
+  kEmbeddingTable,  // model.embed_tokens.weight (also the tied lm_head)
+  kLmHead,          // an untied lm_head.weight
+  kDecoderLinear,   // the base weight of a LoRA'd decoder projection (qkv, o, gate_up, down)
+  kLoraA,           // a decoder LoRA adapter's A [r, in]
+  kLoraB,           // a decoder LoRA adapter's B [out, r]
+  kEncoderLinear,   // a vision encoder layer's q/k/v/out/fc1/fc2 weight
+  kParameter,       // every other tensor the engine reads (norms, biases, convolutions, projections)
+  kUnused,          // stored in the checkpoint but not read (SigLIP head, post_layernorm, layers past feature_layer)
+};
+const char* TensorRoleName(TensorRole r);
+
+struct TensorSpec {
+  std::string name;  // canonical
+  ModelPart part = ModelPart::kDecoder;
+  TensorRole role = TensorRole::kParameter;
+  std::vector<int64_t> shape;
+  LoraMode adapter = LoraMode::kNone;  // the adapter of a kLoraA / kLoraB tensor
+  int64_t numel() const;
+};
+
+// Where a tensor lives in one checkpoint layout: the file relative to the checkpoint folder
+// ("" = the main safetensors set, sharded or not; "vision-lora/adapter_model.safetensors" for a
+// native adapter) and the key stored there.
+struct StoredName {
+  std::string file;
+  std::string key;
+};
+
+class TensorManifest {
+ public:
+  // Every tensor `cfg` implies: the decoder (with the LoRA adapters the config declares), the
+  // embedding table, an lm_head only when tie_word_embeddings is false, the vision tower with its
+  // unused SigLIP head, and the speech Conformer with both projections.
+  static TensorManifest ForConfig(const ModelConfig& cfg);
+
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
+  // nullptr when `name` is not a tensor of this model.
+  const TensorSpec* Find(const std::string& canonical_name) const;
+  // The tensors of one part, in manifest order.
+  std::vector<const TensorSpec*> Part(ModelPart part) const;
+
+ private:
+  void Add(TensorSpec spec);
+  std::vector<TensorSpec> tensors_;
+  std::map<std::string, size_t> index_;
+};
+
+// The name and file of `spec` in `layout` (the inverse of Checkpoint's canonicalisation).
+StoredName StoredNameIn(const TensorSpec& spec, CheckpointLayout layout);
+
+// The quantization policy: the format `quant` converts a tensor of `role` to at load and in
+// `phi4mm quantize` (std::nullopt = kept as stored). Decoder linears take LinearFormat(quant),
+// the embedding / lm_head EmbeddingFormat(quant); LoRA adapters bf16 under q8 and Q8_0 under q4
+// (the rank-r intermediate is too narrow for 4 bits; docs/benchmarks.md); vision encoder layers
+// bf16 under bf16 and Q8_0 under q8 and q4 (compute-bound GEMMs; tests/vision_quant_test.cc);
+// everything else as stored.
+std::optional<WeightFormat> FormatFor(TensorRole role, QuantMode quant);
+
+// Canonical names of the decoder, as the loaders and the exporter build them.
+namespace names {
+std::string DecoderLayer(int64_t layer);  // "model.layers.<i>."
+// "<module>.lora_A.<adapter>.weight" / "<module>.lora_B.<adapter>.weight"
+std::string LoraA(const std::string& module, LoraMode adapter);
+std::string LoraB(const std::string& module, LoraMode adapter);
+inline constexpr const char* kEmbedTokens = "model.embed_tokens.weight";
+inline constexpr const char* kFinalNorm = "model.norm.weight";
+inline constexpr const char* kLmHead = "lm_head.weight";
+inline constexpr const char* kVisionPrefix = "model.embed_tokens_extend.image_embed.";
+inline constexpr const char* kSpeechPrefix = "model.embed_tokens_extend.audio_embed.";
+}  // namespace names
+
+}  // namespace phi4mm
