@@ -62,6 +62,18 @@ void FillAttr(onnx::AttributeProto* a, const Attr& attr) {
   }
 }
 
+// A Constant node writing `out` into `g`; returns its (empty) value tensor to fill.
+onnx::TensorProto* ConstantNode(onnx::GraphProto* g, const std::string& out) {
+  onnx::NodeProto* n = g->add_node();
+  n->set_name(out + "/node");
+  n->set_op_type("Constant");
+  n->add_output(out);
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  return a->mutable_t();
+}
+
 }  // namespace
 
 void Graph::Input(const std::string& name, ElemType type, const std::vector<Dim>& dims) {
@@ -96,14 +108,7 @@ std::string Graph::Op(const std::string& op, const std::vector<std::string>& inp
 
 std::string Graph::ConstInts(const std::vector<int64_t>& v, bool scalar) {
   const std::string out = writer_->Fresh("const_i64");
-  onnx::NodeProto* n = proto_->add_node();
-  n->set_name(out + "/node");
-  n->set_op_type("Constant");
-  n->add_output(out);
-  onnx::AttributeProto* a = n->add_attribute();
-  a->set_name("value");
-  a->set_type(onnx::AttributeProto::TENSOR);
-  onnx::TensorProto* t = a->mutable_t();
+  onnx::TensorProto* t = ConstantNode(proto_, out);
   t->set_data_type(onnx::TensorProto::INT64);
   if (!scalar) t->add_dims(static_cast<int64_t>(v.size()));
   for (int64_t x : v) t->add_int64_data(x);
@@ -112,14 +117,7 @@ std::string Graph::ConstInts(const std::vector<int64_t>& v, bool scalar) {
 
 std::string Graph::ConstFloats(const std::vector<float>& v, const std::vector<int64_t>& shape) {
   const std::string out = writer_->Fresh("const_f32");
-  onnx::NodeProto* n = proto_->add_node();
-  n->set_name(out + "/node");
-  n->set_op_type("Constant");
-  n->add_output(out);
-  onnx::AttributeProto* a = n->add_attribute();
-  a->set_name("value");
-  a->set_type(onnx::AttributeProto::TENSOR);
-  onnx::TensorProto* t = a->mutable_t();
+  onnx::TensorProto* t = ConstantNode(proto_, out);
   t->set_data_type(onnx::TensorProto::FLOAT);
   for (int64_t d : shape) t->add_dims(d);
   for (float x : v) t->add_float_data(x);
