@@ -3,7 +3,7 @@
 
 Clips: espeak-ng speech (deterministic), tones, silence, a 45 s FLAC clip, stereo, 8/22.05/44.1/48 kHz
 versions, WAV in 8/16/24/32-bit PCM and float, FLAC, OGG/Vorbis and MP3, the real LibriSpeech clip
-from /work/shared/data/real-goldens, and bad files (zero bytes, no samples, truncated, corrupt,
+from the shared real-goldens folder ($PHI4MM_REAL_GOLDENS, default ../shared/data/real-goldens), and bad files (zero bytes, no samples, truncated, corrupt,
 NaN/inf floats, absurd rates, shorter than a frame).
 
 Reference features come from `original_log_mel` below, a port written from Microsoft's original
@@ -42,7 +42,9 @@ import soundfile as sf  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "fixtures", "audio")
-REAL_CLIP = "/work/shared/data/real-goldens/652-129742-0006.flac"
+# The real-goldens folder of the team's shared data, beside the repository unless PHI4MM_REAL_GOLDENS names it.
+REAL_GOLDENS = os.environ.get("PHI4MM_REAL_GOLDENS", os.path.join(ROOT, "..", "shared", "data", "real-goldens"))
+REAL_CLIP = os.path.join(REAL_GOLDENS, "652-129742-0006.flac")
 SHORT_TEXT = "Hello, this is a short test."
 LONG_TEXT = (
     "Speech recognition turns sound into words. The model listens to short frames of ten milliseconds, "

@@ -41,7 +41,9 @@ from safetensors.numpy import save_file
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 IMG_DIR = os.path.join(ROOT, "tests", "fixtures", "images")
 REF_DIR = os.path.join(ROOT, "tests", "fixtures", "image_processor")
-CAT = "/work/shared/data/real-goldens/pipeline-cat-chonk.jpeg"
+# The real-goldens folder of the team's shared data, beside the repository unless PHI4MM_REAL_GOLDENS names it.
+REAL_GOLDENS = os.environ.get("PHI4MM_REAL_GOLDENS", os.path.join(ROOT, "..", "shared", "data", "real-goldens"))
+CAT = os.path.join(REAL_GOLDENS, "pipeline-cat-chonk.jpeg")
 FULL_VALUE_LIMIT = 400_000  # store every pixel value when the output has at most this many floats
 GLOBAL_SAMPLES = 4099       # otherwise this many global-view values (prime stride) plus sums
 
