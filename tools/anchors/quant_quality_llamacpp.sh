@@ -68,10 +68,10 @@ printf '| F32 | %s | | | | %s |\n' "$(grep -o 'Final estimate: PPL = [0-9.]*' "$
 for q in "${variants[@]}"; do
   l="$work/perplexity-$q.log"
   printf '| %s | %s | %s | %s | %s | %s |\n' "$q" \
-    "$(grep 'Mean PPL(Q)' "$l" | awk '{print $4}')" \
-    "$(grep 'Mean    KLD' "$l" | awk '{print $3}')" \
-    "$(grep -m1 '99.0%   KLD' "$l" | awk '{print $3}')" \
-    "$(grep 'Same top p' "$l" | awk '{print $4}') %" \
+    "$(grep -a -m1 '^Mean PPL(Q) ' "$l" | awk '{print $4}')" \
+    "$(grep -a -m1 '^Mean    KLD' "$l" | awk '{print $3, $4, $5}')" \
+    "$(grep -a -m1 '^99.0%   KLD' "$l" | awk '{print $3}')" \
+    "$(grep -a -m1 '^Same top p' "$l" | awk '{print $4, $5, $6, $7}')" \
     "$(bpw "$l")"
 done
 echo
