@@ -10,7 +10,7 @@ placeholder id into the decoder's `input_ids` at prefill only (the embeddings st
 
 Printed per case: max |ort - engine| over the logits of every step, relative to max |engine logits|, whether the
 greedy tokens agree, and how far the engine's logits in the other modes are (the test's power to fail).
-Not run in CI; needs `pip install onnxruntime numpy` in a venv outside the repo.
+CI runs it on the trained fixture through scripts/onnx_checks.sh (pinned versions: tools/onnx/requirements.txt).
 
 Usage: check_export.py --phi4mm BUILD/phi4mm --model CKPT_DIR --package PKG_DIR [--steps 5] [--json OUT]
 """

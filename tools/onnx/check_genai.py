@@ -10,7 +10,7 @@ must equal the expected mode and differ from the others, in the first turn and i
 prompt the engine itself (`phi4mm run --ids`) is the reference too. check_export.py ties the plain-onnxruntime
 pipeline to the engine on the engine's own tensors.
 
-Not run in CI; needs `pip install onnxruntime-genai numpy` in a venv outside the repo.
+CI runs it on the trained fixture through scripts/onnx_checks.sh (pinned versions: tools/onnx/requirements.txt).
 Usage: check_genai.py --package PKG_DIR [--phi4mm BUILD/phi4mm --model CKPT_DIR] [--steps 6]
 """
 import argparse
