@@ -85,7 +85,7 @@ def text_part(text):
 class Server:
     """One `phi4mm serve` process on 127.0.0.1:<ephemeral>."""
 
-    def __init__(self, *extra_args, model=None, env=None, ready_timeout=120):
+    def __init__(self, *extra_args, model=None, env=None, ready_timeout=120, wait=True):
         self.log = tempfile.NamedTemporaryFile(prefix="phi4mm-serve-", suffix=".log", delete=False)
         self.out = tempfile.NamedTemporaryFile(prefix="phi4mm-serve-", suffix=".out", delete=False)
         cmd = [binary(), "serve", "-m", model or model_dir(), "--host", "127.0.0.1", "--port", "0", *extra_args]
@@ -96,7 +96,8 @@ class Server:
         self.port = self._read_port(ready_timeout)
         self.host = "127.0.0.1"
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self._wait_ready(ready_timeout)
+        if wait:
+            self.wait_ready(ready_timeout)
 
     @property
     def pid(self):
@@ -114,7 +115,7 @@ class Server:
             time.sleep(0.02)
         raise RuntimeError("phi4mm serve printed no 'listening on' line")
 
-    def _wait_ready(self, timeout):
+    def wait_ready(self, timeout=120):
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             status, _, _ = self.request("GET", "/health")
@@ -214,6 +215,20 @@ def read_until(sock, needle, have=b"", limit=1 << 22):
             break
         buf += more
     return buf
+
+
+def dechunk(body):
+    """The payload of a chunked HTTP body (as far as it was read)."""
+    out, i = b"", 0
+    while True:
+        eol = body.find(b"\r\n", i)
+        if eol < 0:
+            return out
+        size = int(body[i:eol].split(b";")[0], 16)
+        if size == 0:
+            return out
+        out += body[eol + 2:eol + 2 + size]
+        i = eol + 2 + size + 2
 
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?)\s+(\S+)$")

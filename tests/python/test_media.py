@@ -3,7 +3,8 @@
 image+audio), and for two images and for the second turn of a chat about an image (as the raw
 prompt the chat template makes of it). Audio arrives as `input_audio` wav and flac and as an
 `audio_url` data URI; http(s) media URLs are refused (the server fetches nothing). The second turn
-that resends the first turn's image does not run the vision encoder again: /metrics shows the hit.
+that resends the first turn's image does not run the vision encoder again: /metrics shows the
+prefix-cache hit, and, once the prompt differs before the image, the media-cache hit.
 """
 import openai
 import pytest
@@ -88,13 +89,23 @@ def test_multi_turn_with_an_image_hits_the_media_cache(wide_client, wide_server,
     turn2 = turn1 + [{"role": "assistant", "content": a1}, {"role": "user", "content": "Tell me more."}]
     r2 = wide_client.chat.completions.create(model="m", messages=turn2, max_tokens=12, temperature=0)
     m2 = wide_server.metrics()
-    # The image was not encoded again: the turn's prompt came from the prefix cache and/or the
-    # media cache (the spec's "media-cache hit visible in /metrics").
+    # The image was not encoded again: the second turn starts with the whole first turn, so its
+    # prompt comes from the prefix cache (the image's rows included).
     assert m2["phi4mm_images_encoded_total"] == m1["phi4mm_images_encoded_total"]
-    hits = (m2["phi4mm_media_cache_hits_total"] - m1["phi4mm_media_cache_hits_total"]) + \
-        (m2["phi4mm_prefix_cache_hit_tokens_total"] - m1["phi4mm_prefix_cache_hit_tokens_total"])
-    assert hits > 0
-    assert r2.usage.prompt_tokens_details.cached_tokens > r2.usage.prompt_tokens_details.image_tokens
+    cached = r2.usage.prompt_tokens_details.cached_tokens
+    assert cached >= r1.usage.prompt_tokens and cached < r2.usage.prompt_tokens
+    assert m2["phi4mm_prefix_cache_hit_tokens_total"] - m1["phi4mm_prefix_cache_hit_tokens_total"] == cached
     # The answer is the one a fresh run gives for the same conversation as a raw prompt.
     raw = f"<|user|><|image_1|>\nWhat is this?<|end|><|assistant|>{a1}<|end|><|user|>Tell me more.<|end|><|assistant|>"
     assert r2.choices[0].message.content == run_cli(raw, [IMAGE], [], 12, extra=["--raw"], model=wide_model)
+
+    # With a system turn put in front the prompt differs before the image, so no prefix matches:
+    # the image's features come from the media cache instead of the encoder.
+    turn3 = [{"role": "system", "content": "Be brief."}] + turn2
+    r3 = wide_client.chat.completions.create(model="m", messages=turn3, max_tokens=12, temperature=0)
+    m3 = wide_server.metrics()
+    assert r3.usage.prompt_tokens_details.cached_tokens == 0
+    assert m3["phi4mm_images_encoded_total"] == m1["phi4mm_images_encoded_total"]
+    assert m3["phi4mm_media_cache_hits_total"] == m2["phi4mm_media_cache_hits_total"] + 1
+    assert r3.choices[0].message.content == run_cli("<|system|>Be brief.<|end|>" + raw, [IMAGE], [], 12,
+                                                    extra=["--raw"], model=wide_model)
