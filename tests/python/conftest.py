@@ -54,8 +54,9 @@ def keyed_server():
 
 @pytest.fixture(scope="session")
 def wide_model(tmp_path_factory):
-    """The tiny model with a 4096-position context (phi4mm_server.wide_model)."""
-    return phi4mm_server.wide_model(str(tmp_path_factory.mktemp("tiny-wide") / "wide"), 4096)
+    """The tiny model with a 16384-position context (phi4mm_server.wide_model): room for two images,
+    a chat about one, a 3000x3000 image at 36 crops, a 12000-token prompt."""
+    return phi4mm_server.wide_model(str(tmp_path_factory.mktemp("tiny-wide") / "wide"), 16384)
 
 
 @pytest.fixture(scope="session")
