@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The Python tests of `phi4mm serve` (tests/python): makes a virtual environment in
+# build/python-venv (never committed), installs the pinned PyPI packages of
+# tests/python/requirements.txt (the official `openai` client and pytest), then runs the pytest
+# suite (the spec's section I) and the load driver (section J) against build/phi4mm on loopback.
+# Needs build/phi4mm built, python3 with venv, and curl. PHI4MM_BIN overrides the binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+echo "== the server through the official openai client (tests/python: pytest, then the load driver) =="
+venv=build/python-venv
+if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+export PHI4MM_BIN="${PHI4MM_BIN:-$PWD/build/phi4mm}"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python
+"$venv/bin/python" tests/python/load_driver.py
