@@ -62,8 +62,12 @@ TEST(Isa, OverrideTheCpuLacksIsRefusedClearly) {
     EXPECT_TRUE(Contains(r.status().message(), std::string("PHI4MM_ISA=") + IsaName(isa))) << r.status().message();
     EXPECT_TRUE(Contains(r.status().message(), "this CPU lacks")) << r.status().message();
   }
-  if (IsaBuilt(Isa::kAvx512)) EXPECT_FALSE(ResolveIsa("avx512", X86(true, false)).ok());
-  if (IsaBuilt(Isa::kNeonDot)) EXPECT_FALSE(ResolveIsa("neondot", Arm(false)).ok());
+  if (IsaBuilt(Isa::kAvx512)) {
+    EXPECT_FALSE(ResolveIsa("avx512", X86(true, false)).ok());
+  }
+  if (IsaBuilt(Isa::kNeonDot)) {
+    EXPECT_FALSE(ResolveIsa("neondot", Arm(false)).ok());
+  }
   // Scalar is always there.
   EXPECT_EQ(*ResolveIsa("scalar", CpuFeatures{}), Isa::kScalar);
 }
