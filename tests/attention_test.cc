@@ -3,6 +3,7 @@
 // KV-cache element type, both kernel tables (scalar and AVX2), both paths (flash tiles and rows,
 // split over threads or not); the flash tile kernels against the scalar ones on their own; and the
 // 8-bit row format (round trip within half a step, zero rows, size).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -11,7 +12,7 @@
 
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/attention.h"
-#include "phi4mm/kernels/cpu_features.h"
+#include "phi4mm/kernels/isa.h"
 #include "test_util.h"
 
 namespace phi4mm {
@@ -70,10 +71,11 @@ std::vector<double> Naive(const std::vector<float>& q, const std::vector<float>&
   return out;
 }
 
+// The row table of every ISA this CPU offers (the dispatch point's list), scalar first, each once.
 std::vector<const ai::RowKernels*> Tables() {
-  std::vector<const ai::RowKernels*> t{&ai::ScalarRowKernels()};
-  const CpuFeatures& f = GetCpuFeatures();
-  if (f.avx2 && f.fma && f.f16c) t.push_back(&ai::Avx2RowKernels());
+  std::vector<const ai::RowKernels*> t;
+  for (Isa isa : AvailableIsas())
+    if (std::find(t.begin(), t.end(), &ai::RowKernelsFor(isa)) == t.end()) t.push_back(&ai::RowKernelsFor(isa));
   return t;
 }
 
@@ -102,7 +104,7 @@ TEST(AttentionFlash, MatchesNaiveReferenceOnOddShapes) {
                                     got.data(), pool);
             for (size_t i = 0; i < got.size(); ++i)
               ASSERT_NEAR(got[i], want[i], 2e-5)
-                  << KvDTypeName(dt) << (rk == &ai::ScalarRowKernels() ? " scalar" : " avx2") << " path "
+                  << KvDTypeName(dt) << (rk == &ai::ScalarRowKernels() ? " scalar" : " simd") << " path "
                   << static_cast<int>(path) << " past " << c.past << " S " << c.S << " G " << c.heads / c.kv_heads
                   << " hd " << c.hd << " i " << i;
           }
@@ -110,10 +112,12 @@ TEST(AttentionFlash, MatchesNaiveReferenceOnOddShapes) {
   }
 }
 
-TEST(AttentionFlash, Avx2TileKernelsMatchScalar) {
-  const CpuFeatures& f = GetCpuFeatures();
-  if (!(f.avx2 && f.fma && f.f16c)) GTEST_SKIP() << "no AVX2/FMA/F16C";
-  const ai::RowKernels &s = ai::ScalarRowKernels(), &a = ai::Avx2RowKernels();
+TEST(AttentionFlash, EveryTableTileKernelsMatchScalar) {
+  const std::vector<const ai::RowKernels*> tables = Tables();
+  if (tables.size() < 2) GTEST_SKIP() << "this CPU offers only the scalar row table";
+  for (size_t ti = 1; ti < tables.size(); ++ti) {
+  const ai::RowKernels &s = ai::ScalarRowKernels(), &a = *tables[ti];
+  SCOPED_TRACE(ti);
   constexpr int64_t lds = 64;
   for (int64_t hdp : {8, 16, 24, 40, 128})
     for (int64_t n : {1, 2, 3, 4, 7, 8, 9, 31, 64})
@@ -173,6 +177,7 @@ TEST(AttentionFlash, Avx2TileKernelsMatchScalar) {
           }
       }
     }
+  }
   }
 }
 

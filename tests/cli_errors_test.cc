@@ -40,8 +40,10 @@ std::string Describe(const CliResult& r) {
          "\n--- stdout ---\n" + r.out.substr(0, 2000) + "\n--- stderr ---\n" + r.err.substr(0, 2000);
 }
 
-// Runs the CLI with `args`, feeding `input` on stdin.
-CliResult RunCli(const std::vector<std::string>& args, const std::string& input = "") {
+// Runs the CLI with `args`, feeding `input` on stdin, with `env` ("NAME=value") added to the
+// environment.
+CliResult RunCli(const std::vector<std::string>& args, const std::string& input = "",
+                 const std::vector<std::string>& env = {}) {
   static int counter = 0;
   const std::string dir = test::TempDir("cli_run_" + std::to_string(counter++));
   const std::string in_path = dir + "/stdin", out_path = dir + "/stdout", err_path = dir + "/stderr";
@@ -60,7 +62,12 @@ CliResult RunCli(const std::vector<std::string>& args, const std::string& input 
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   CliResult r;
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  std::vector<std::string> env_s = env;
+  for (char** e = environ; *e; ++e) env_s.push_back(*e);  // the first of a name wins
+  std::vector<char*> envp;
+  for (std::string& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     ADD_FAILURE() << "cannot start " << argv[0] << ": " << std::strerror(rc);
@@ -206,6 +213,24 @@ TEST(CliErrors, TokenizePrintsIds) {
   ASSERT_FALSE(r.signaled) << Describe(r);
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_EQ(r.out, "[24912,2375]\n") << Describe(r);
+}
+
+// PHI4MM_ISA: `info` names the table it forces; a misspelled one, or one the build or CPU lacks,
+// is a clear error before any work.
+TEST(CliErrors, IsaOverrideIsShownOrRefused) {
+  const CliResult r = RunCli({"info", "-m", Orig(), "--json", "-t", "1"}, "", {"PHI4MM_ISA=scalar"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(r.out)) << r.out;
+  EXPECT_EQ(j["kernels"]["isa"], "scalar") << j.dump(2);
+  EXPECT_EQ(j["kernels"]["available"][0], "scalar") << j.dump(2);
+  ExpectCliError(RunCli({"info", "-m", Orig()}, "", {"PHI4MM_ISA=avx3"}), {"PHI4MM_ISA=avx3", "scalar, avx2"});
+  ExpectCliError(RunCli({"run", "-m", Orig(), "-p", "hi", "-n", "2"}, "", {"PHI4MM_ISA=avx3"}), {"PHI4MM_ISA=avx3"});
+#if defined(__x86_64__)
+  ExpectCliError(RunCli({"info", "-m", Orig()}, "", {"PHI4MM_ISA=neon"}), {"PHI4MM_ISA=neon", "this build"});
+#elif defined(__aarch64__)
+  ExpectCliError(RunCli({"info", "-m", Orig()}, "", {"PHI4MM_ISA=avx2"}), {"PHI4MM_ISA=avx2", "this build"});
+#endif
 }
 
 TEST(CliErrors, InfoJsonParses) {

@@ -1,15 +1,16 @@
-// The vision kernels against their scalar references: the AVX2 flash-style bidirectional attention
+// The vision kernels against their scalar references: every SIMD table's flash-style attention
 // (odd sequence lengths that leave partial query and key blocks, head sizes that are not a multiple
-// of 8, masked keys, a sequence with no valid key, one position), the AVX2 tanh-GELU (vector body
+// of 8, masked keys, a sequence with no valid key, one position), the SIMD tanh-GELU (vector body
 // and scalar tail, large |x|), and the row-parallel bias / GELU / residual steps (bit-exact: same
 // operations in the same order). Tolerances are stated next to each check with their reason.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
-#include "phi4mm/kernels/cpu_features.h"
+#include "phi4mm/kernels/isa.h"
 #include "phi4mm/kernels/ops.h"
 #include "phi4mm/kernels/vision_ops.h"
 #include "test_util.h"
@@ -17,7 +18,24 @@
 namespace phi4mm {
 namespace {
 
-bool HaveAvx2() { return GetCpuFeatures().avx2 && GetCpuFeatures().fma; }
+// Whether the process's vision table is the scalar one (then the dispatching entry points are
+// bit-exact against the scalar code).
+bool ActiveIsScalar() {
+  return &vision_internal::VisionKernelsFor(ActiveIsa()) == &vision_internal::VisionKernelsFor(Isa::kScalar);
+}
+
+// The non-scalar vision tables of the ISAs this CPU offers (the dispatch point's list), each once.
+std::vector<std::pair<Isa, const vision_internal::VisionKernels*>> SimdTables() {
+  std::vector<std::pair<Isa, const vision_internal::VisionKernels*>> t;
+  const auto* scalar = &vision_internal::VisionKernelsFor(Isa::kScalar);
+  for (Isa isa : AvailableIsas()) {
+    const auto* k = &vision_internal::VisionKernelsFor(isa);
+    bool seen = k == scalar;
+    for (const auto& e : t) seen = seen || e.second == k;
+    if (!seen) t.emplace_back(isa, k);
+  }
+  return t;
+}
 
 struct AttentionCase {
   int64_t batch, seq, heads, head_dim;
@@ -26,8 +44,11 @@ struct AttentionCase {
 
 class VisionKernelsAttention : public ::testing::TestWithParam<AttentionCase> {};
 
-TEST_P(VisionKernelsAttention, Avx2MatchesReference) {
-  if (!HaveAvx2()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+TEST_P(VisionKernelsAttention, EverySimdTableMatchesReference) {
+  const auto tables = SimdTables();
+  if (tables.empty()) GTEST_SKIP() << "this CPU offers only the scalar vision table";
+  for (const auto& [isa, table] : tables) {
+  SCOPED_TRACE(IsaName(isa));
   const AttentionCase c = GetParam();
   const BatchAttentionShape s{c.batch, c.seq, c.heads, c.head_dim,
                               static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)))};
@@ -46,17 +67,20 @@ TEST_P(VisionKernelsAttention, Avx2MatchesReference) {
   std::vector<float> want(n), got(n, NAN);
   BidirectionalAttentionReference(q.data(), k.data(), v.data(), kv, s, want.data(), nullptr);
   ThreadPool pool(2);
-  vision_internal::BidirectionalAttentionAvx2(q.data(), k.data(), v.data(), kv, s, got.data(), &pool);
+  table->attention(q.data(), k.data(), v.data(), kv, s, got.data(), &pool);
   // Each output is a convex combination of V rows (|v| <~ 5): float accumulation over <= 200 keys
   // and exp2 with ~2e-7 relative error stay far below 1e-5 absolute (the reference accumulates in
   // double).
   double worst = 0;
   for (size_t i = 0; i < n; ++i) worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
   EXPECT_LE(worst, 1e-5) << "batch " << c.batch << " seq " << c.seq << " hd " << c.head_dim;
-  // The dispatching entry point gives the same bits as the AVX2 kernel here.
-  std::vector<float> disp(n);
-  BidirectionalAttention(q.data(), k.data(), v.data(), kv, s, disp.data(), nullptr);
-  EXPECT_EQ(disp, got);
+  // The dispatching entry point gives the same bits as the active ISA's kernel.
+  if (isa == ActiveIsa()) {
+    std::vector<float> disp(n);
+    BidirectionalAttention(q.data(), k.data(), v.data(), kv, s, disp.data(), nullptr);
+    EXPECT_EQ(disp, got);
+  }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -65,19 +89,23 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{3, 49, 2, 72, 1}, AttentionCase{2, 97, 3, 16, 2}, AttentionCase{2, 130, 2, 24, 1},
                       AttentionCase{1, 200, 1, 5, 2}, AttentionCase{2, 65, 2, 40, 2}));
 
-TEST(VisionKernels, GeluTanhAvx2MatchesScalar) {
-  if (!HaveAvx2()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+TEST(VisionKernels, EverySimdGeluTanhMatchesScalar) {
+  const auto tables = SimdTables();
+  if (tables.empty()) GTEST_SKIP() << "this CPU offers only the scalar vision table";
+  for (const auto& [isa, table] : tables) {
+  SCOPED_TRACE(IsaName(isa));
   std::vector<float> x;
   for (int i = -4000; i <= 4000; ++i) x.push_back(static_cast<float>(i) * 0.0025f);  // [-10, 10]
   for (float big : {-200.0f, -30.0f, -9.5f, 9.5f, 30.0f, 200.0f, 0.0f}) x.push_back(big);
   x.resize(x.size() | 1, 0.3f);  // an odd length: the last elements take the scalar tail
   std::vector<float> want = x, got = x;
   GeluTanhInPlace(want.data(), static_cast<int64_t>(want.size()));
-  vision_internal::GeluTanhAvx2(got.data(), static_cast<int64_t>(got.size()));
+  table->gelu_tanh(got.data(), static_cast<int64_t>(got.size()));
   // x / (1 + exp(-2u)) instead of 0.5x(1 + tanh u): a few float roundings apart, so 4e-7 relative
   // to |x| (GELU(x) is within |x|) plus 1e-30 for results that underflow differently.
   for (size_t i = 0; i < x.size(); ++i)
     EXPECT_NEAR(got[i], want[i], 4e-7 * std::fabs(x[i]) + 1e-30) << "x = " << x[i];
+  }
 }
 
 TEST(VisionKernels, BiasGeluResidualRowsMatchScalar) {
@@ -103,8 +131,8 @@ TEST(VisionKernels, BiasGeluResidualRowsMatchScalar) {
   AddBiasGeluTanh(got.data(), bias.data(), n, dim, &pool);
   for (size_t i = 0; i < want.size(); ++i) {
     const float pre = y0[i] + bias[i % dim];
-    if (HaveAvx2()) {
-      EXPECT_NEAR(got[i], want[i], 4e-7 * std::fabs(pre) + 1e-30) << i;  // as GeluTanhAvx2MatchesScalar
+    if (!ActiveIsScalar()) {
+      EXPECT_NEAR(got[i], want[i], 4e-7 * std::fabs(pre) + 1e-30) << i;  // as EverySimdGeluTanhMatchesScalar
     } else {
       EXPECT_EQ(got[i], want[i]) << i;
     }

@@ -290,7 +290,7 @@ int BenchCommand(const BenchFlags& f) {
     return 0;
   }
   const auto& m = j["machine"];
-  std::printf("machine: %d threads (%s), read %.1f GB/s, f32 %.1f GFLOP/s, int8 %.1f GMAC/s\n",
+  std::printf("machine: %d threads (kernels %s), read %.1f GB/s, f32 %.1f GFLOP/s, int8 %.1f GMAC/s\n",
               m["threads"].get<int>(), peaks.isa, read_gbps, peaks.f32_gflop_per_s, peaks.int8_gmac_per_s);
   std::printf("model: %s, quant %s, KV %s, loaded in %.2f s\n", f.model.dir.c_str(), quant_label.c_str(),
               KvDTypeName(dec.kv_dtype()), j["load_seconds"].get<double>());

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
+#include "phi4mm/kernels/isa.h"
 
 namespace phi4mm::cli {
 
@@ -62,6 +63,9 @@ int InfoCommand(const ModelFlags& mf, bool as_json) {
   j["context_length"] = info.context_length;
   j["kv_cache"] = {{"dtype", info.kv_dtype}, {"bytes_per_token", info.kv_bytes_per_token}, {"bytes_at_full_context", kv_full}};
   j["eos_token_ids"] = c.generation.eos_token_ids;
+  std::vector<std::string> isas;
+  for (Isa isa : AvailableIsas()) isas.push_back(IsaName(isa));
+  j["kernels"] = {{"isa", IsaName(ActiveIsa())}, {"available", isas}};
   if (as_json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -93,6 +97,10 @@ int InfoCommand(const ModelFlags& mf, bool as_json) {
               static_cast<long long>(t.original_max_position_embeddings));
   std::printf("KV cache (%s):  %s per token, %s at full context\n", info.kv_dtype.c_str(), Human(static_cast<double>(info.kv_bytes_per_token)).c_str(),
               Human(static_cast<double>(kv_full)).c_str());
+  std::string avail;
+  for (const std::string& n : isas) avail += (avail.empty() ? "" : ", ") + n;
+  std::printf("kernels:         %s (this CPU and build offer %s; PHI4MM_ISA picks one)\n", IsaName(ActiveIsa()),
+              avail.c_str());
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cli_common.h"
+#include "phi4mm/kernels/isa.h"
 
 int main(int argc, char** argv) {
   using namespace phi4mm::cli;
@@ -96,6 +97,8 @@ int main(int argc, char** argv) {
                  argc > 1 && argv[1][0] != '-' ? (std::string(argv[1]) + " ").c_str() : "");
     return 2;
   }
+  // A PHI4MM_ISA the build or the CPU cannot honour stops every command before it starts.
+  if (const phi4mm::Status isa = phi4mm::IsaOverrideStatus(); !isa.ok()) return ReportError(isa);
   if (run->parsed()) {
     if (prompt.empty() && ids.empty()) {
       std::fprintf(stderr, "phi4mm: error: run needs -p/--prompt or --ids (see phi4mm run --help)\n");

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "phi4mm/base/half.h"
-#include "phi4mm/kernels/cpu_features.h"
 
 namespace phi4mm {
 
@@ -381,11 +380,22 @@ const RowKernels& ScalarRowKernels() {
   return k;
 }
 
+const RowKernels& RowKernelsFor(Isa isa) {
+  switch (isa) {
+#if defined(PHI4MM_BUILD_X86_KERNELS)
+    case Isa::kAvx2:
+    case Isa::kAvx512: return Avx2RowKernels();
+#endif
+#if defined(PHI4MM_BUILD_ARM_KERNELS)
+    case Isa::kNeon:
+    case Isa::kNeonDot: return NeonRowKernels();
+#endif
+    default: return ScalarRowKernels();
+  }
+}
+
 const RowKernels& ActiveRowKernels() {
-  static const RowKernels* const active = [] {
-    const CpuFeatures& f = GetCpuFeatures();
-    return f.avx2 && f.fma && f.f16c ? &Avx2RowKernels() : &ScalarRowKernels();
-  }();
+  static const RowKernels* const active = &RowKernelsFor(ActiveIsa());
   return *active;
 }
 

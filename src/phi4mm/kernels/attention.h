@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "phi4mm/base/thread_pool.h"
+#include "phi4mm/kernels/isa.h"
 
 namespace phi4mm {
 
@@ -92,9 +93,14 @@ struct RowKernels {
 };
 
 const RowKernels& ScalarRowKernels();
-// Only call when the CPU has AVX2, FMA and F16C.
+// Defined in attention_avx2.cc (x86-64 builds) and attention_neon.cc (aarch64 builds); reached
+// through RowKernelsFor.
 const RowKernels& Avx2RowKernels();
-// The table for this CPU.
+const RowKernels& NeonRowKernels();
+// The table of `isa` (an ISA in AvailableIsas(); AVX-512 uses the AVX2 rows, both NEON ISAs the
+// NEON rows).
+const RowKernels& RowKernelsFor(Isa isa);
+// RowKernelsFor(ActiveIsa()).
 const RowKernels& ActiveRowKernels();
 
 enum class Path { kAuto, kRows, kFlash };

@@ -1,5 +1,5 @@
 // AVX2 + FMA + F16C kernels for CausalAttention (compiled with -mavx2 -mfma -mf16c; reached only
-// through ActiveRowKernels when the CPU has them). Decode: scores take two cached rows at a time
+// through RowKernelsFor when the process runs the AVX2 or AVX-512 ISA). Decode: scores take two cached rows at a time
 // against up to four query heads (eight independent accumulators); the weighted sum walks the
 // cached rows in blocks that stay in L1 and keeps 16 output columns of up to four heads in
 // registers; half rows are widened with vcvtph2ps and int8 rows with vpmovsxbd + vcvtdq2ps as they

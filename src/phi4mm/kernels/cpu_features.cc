@@ -1,11 +1,15 @@
-// CPUID feature detection through <cpuid.h> (works with GCC and Clang alike), including the OS
-// check (XGETBV) that the AVX / AVX-512 register state is enabled; all false on non-x86 targets.
+// CPU feature detection: CPUID through <cpuid.h> (works with GCC and Clang alike) including the OS
+// check (XGETBV) that the AVX / AVX-512 register state is enabled on x86; the AT_HWCAP auxiliary
+// vector bits on Linux aarch64. Every field is false on other targets.
 #include "phi4mm/kernels/cpu_features.h"
 
 #include <cstdint>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
 #endif
 
 namespace phi4mm {
@@ -38,6 +42,14 @@ CpuFeatures Detect() {
     f.avx512vl = avx512_state && ((b >> 31) & 1);
     f.avx512vnni = avx512_state && ((c >> 11) & 1);
   }
+#elif defined(__aarch64__) && defined(__linux__)
+  // The bit numbers of the Linux arm64 ABI (arch/arm64/include/uapi/asm/hwcap.h): HWCAP_ASIMD is
+  // bit 1, HWCAP_ASIMDDP bit 20.
+  const unsigned long hwcap = getauxval(AT_HWCAP);
+  f.neon = (hwcap >> 1) & 1;
+  f.neon_dot = f.neon && ((hwcap >> 20) & 1);
+#elif defined(__aarch64__)
+  f.neon = true;  // Advanced SIMD is part of the aarch64 baseline; without hwcaps, assume no dot product
 #endif
   return f;
 }

@@ -1,6 +1,5 @@
 // MeasureMachinePeaks: the timing harness (warm-up, best of N, one chunk per pool thread), the
-// choice of int8 loop after the active kernel table, and the scalar kernels used where AVX2 is
-// missing.
+// choice of loops after the process's ISA (kernels/isa.h), and the scalar loops of the scalar ISA.
 #include "phi4mm/kernels/machine_peaks.h"
 
 #include <algorithm>
@@ -10,10 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include <string_view>
-
-#include "phi4mm/kernels/cpu_features.h"
-#include "phi4mm/kernels/quant_kernels.h"
+#include "phi4mm/kernels/isa.h"
 
 namespace phi4mm {
 
@@ -63,9 +59,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool HasAvx2() {
-  const CpuFeatures& f = GetCpuFeatures();
-  return f.avx2 && f.fma;
+// The loops of one ISA, and the multiply-adds one iteration of its int8 loop does.
+struct Loops {
+  uint64_t (*read)(const uint8_t*, size_t);
+  float (*fma)(int64_t, float);
+  int32_t (*int8)(int64_t, int32_t);
+  double int8_macs;
+};
+
+Loops LoopsFor(Isa isa) {
+  namespace pi = peaks_internal;
+  switch (isa) {
+#if defined(PHI4MM_BUILD_X86_KERNELS)
+    case Isa::kAvx2: return {pi::ReadSumAvx2, pi::FmaLoopAvx2, pi::Int8LoopAvx2, 256.0};
+    case Isa::kAvx512: return {pi::ReadSumAvx2, pi::FmaLoopAvx2, pi::Int8LoopVnni, pi::kInt8LoopVnniMacs};
+#endif
+#if defined(PHI4MM_BUILD_ARM_KERNELS)
+    case Isa::kNeon: return {pi::ReadSumNeon, pi::FmaLoopNeon, pi::Int8LoopNeon, pi::kInt8LoopNeonMacs};
+    case Isa::kNeonDot: return {pi::ReadSumNeon, pi::FmaLoopNeon, pi::Int8LoopNeonDot, pi::kInt8LoopNeonDotMacs};
+#endif
+    default: return {pi::ReadSumScalar, pi::FmaLoopScalar, pi::Int8LoopScalar, 256.0};
+  }
 }
 
 // Seconds for `fn(thread)` run once on every thread at the same time; best of `trials` after one
@@ -86,8 +100,7 @@ double BestSeconds(ThreadPool* pool, int threads, int trials, Fn fn) {
 }  // namespace
 
 double MeasureReadBandwidth(ThreadPool* pool, const PeakOptions& opts) {
-  namespace pi = peaks_internal;
-  const bool avx2 = HasAvx2();
+  const Loops loops = LoopsFor(ActiveIsa());
   const int T = pool ? pool->num_threads() : 1;
   const int trials = std::max(1, opts.trials);
   std::atomic<uint64_t> sink{0};
@@ -104,18 +117,16 @@ double MeasureReadBandwidth(ThreadPool* pool, const PeakOptions& opts) {
   }
   const double read_s = BestSeconds(pool, T, trials, [&](int64_t t) {
     const uint8_t* p = buf.get() + t * slice;
-    sink += avx2 ? pi::ReadSumAvx2(p, slice) : pi::ReadSumScalar(p, slice);
+    sink += loops.read(p, slice);
   });
   return static_cast<double>(slice) * T / read_s / 1e9;
 }
 
 MachinePeaks MeasureMachinePeaks(ThreadPool* pool, const PeakOptions& opts) {
-  namespace pi = peaks_internal;
   MachinePeaks m;
   m.threads = pool ? pool->num_threads() : 1;
-  const bool avx2 = HasAvx2();
-  m.isa = ActiveKernels().name;
-  const bool vnni = std::string_view(m.isa) == "avx512";
+  m.isa = IsaName(ActiveIsa());
+  const Loops loops = LoopsFor(ActiveIsa());
   const int T = m.threads;
   const int trials = std::max(1, opts.trials);
   std::atomic<uint64_t> sink{0};
@@ -124,19 +135,16 @@ MachinePeaks MeasureMachinePeaks(ThreadPool* pool, const PeakOptions& opts) {
 
   const int64_t iters = std::max<int64_t>(1, opts.compute_iterations);
   const double fma_s = BestSeconds(pool, T, trials, [&](int64_t t) {
-    const float r = avx2 ? pi::FmaLoopAvx2(iters, static_cast<float>(t)) : pi::FmaLoopScalar(iters, static_cast<float>(t));
+    const float r = loops.fma(iters, static_cast<float>(t));
     sink += static_cast<uint64_t>(r);
   });
   m.f32_gflop_per_s = 192.0 * static_cast<double>(iters) * T / fma_s / 1e9;
 
   const double int8_s = BestSeconds(pool, T, trials, [&](int64_t t) {
     const int32_t seed = static_cast<int32_t>(t + 1);
-    sink += static_cast<uint64_t>(vnni   ? pi::Int8LoopVnni(iters, seed)
-                                  : avx2 ? pi::Int8LoopAvx2(iters, seed)
-                                         : pi::Int8LoopScalar(iters, seed));
+    sink += static_cast<uint64_t>(loops.int8(iters, seed));
   });
-  const double macs_per_iter = vnni ? pi::kInt8LoopVnniMacs : 256.0;
-  m.int8_gmac_per_s = macs_per_iter * static_cast<double>(iters) * T / int8_s / 1e9;
+  m.int8_gmac_per_s = loops.int8_macs * static_cast<double>(iters) * T / int8_s / 1e9;
   return m;
 }
 

@@ -1,8 +1,9 @@
 // Measured ceilings of the machine we run on, for benchmarks that report a figure next to what the
 // hardware allows: streaming read bandwidth over a buffer much larger than the caches, read by the
 // pool's threads together, the f32 FMA peak, and the int8 multiply-add peak measured with the
-// instruction the active Q4_K GEMM tile uses (ActiveKernels(): vpdpbusd on the AVX-512 table,
-// vpmaddubsw -> int16 add chains on AVX2), counted as u8 x s8 multiply-adds either way. Each figure
+// instruction the Q4_K GEMM tile of the process's ISA uses (vpdpbusd on AVX-512, vpmaddubsw ->
+// int16 add chains on AVX2, sdot on NEON with dot product, smull + sadalp on plain NEON), counted
+// as 8-bit multiply-adds either way. Each figure
 // is the best of several short trials after a warm-up, so it is a ceiling, not an average. Takes a
 // fraction of a second to a few seconds.
 #pragma once
@@ -19,7 +20,7 @@ struct MachinePeaks {
   double read_gb_per_s = 0;    // 1e9 bytes per second, all threads together
   double f32_gflop_per_s = 0;  // FMA counted as 2 FLOP
   double int8_gmac_per_s = 0;  // u8 x s8 multiply-adds
-  const char* isa = "";        // the active kernel table: "avx512", "avx2" or "scalar"
+  const char* isa = "";        // the process's kernel ISA (IsaName(ActiveIsa()))
 };
 
 struct PeakOptions {
@@ -51,6 +52,16 @@ int32_t Int8LoopAvx2(int64_t iters, int32_t seed);
 // instruction (12 chains cover its latency at two per cycle).
 inline constexpr int kInt8LoopVnniMacs = 384;
 int32_t Int8LoopVnni(int64_t iters, int32_t seed);
+// NEON (machine_peaks_neon*.cc, aarch64 builds): a 128-byte-per-step streaming read, 24
+// independent 4-wide fmla chains (192 FLOP per iteration, as the AVX2 loop), and 8 independent
+// int8 chains: sdot (kInt8LoopNeonDotMacs per iteration) or smlal / smlal2 into int16
+// (kInt8LoopNeonMacs), the instructions of the NEON Q4_K tiles.
+uint64_t ReadSumNeon(const uint8_t* p, size_t n);
+float FmaLoopNeon(int64_t iters, float seed);
+inline constexpr int kInt8LoopNeonMacs = 128;
+int32_t Int8LoopNeon(int64_t iters, int32_t seed);
+inline constexpr int kInt8LoopNeonDotMacs = 128;
+int32_t Int8LoopNeonDot(int64_t iters, int32_t seed);
 
 }  // namespace peaks_internal
 

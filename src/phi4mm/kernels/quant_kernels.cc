@@ -1,11 +1,10 @@
-// The scalar reference kernel table, and the one dispatch point that picks the table for this
-// CPU (AVX-512 VNNI > AVX2 > scalar). The scalar tile kernels define the arithmetic the SIMD tables
+// The scalar reference kernel table, and the map from the process's ISA (kernels/isa.h) to its
+// table. The scalar tile kernels define the arithmetic the SIMD tables
 // must reproduce: exact integer sums per block (Q4_K: per sub-block), then float scaling in block
 // order.
 #include "phi4mm/kernels/quant_kernels.h"
 
 #include "phi4mm/base/half.h"
-#include "phi4mm/kernels/cpu_features.h"
 #include "phi4mm/kernels/quant.h"
 
 namespace phi4mm {
@@ -104,16 +103,6 @@ MatMulKernels MakeScalar() {
   return k;
 }
 
-bool HasAvx2() {
-  const CpuFeatures& f = GetCpuFeatures();
-  return f.avx2 && f.fma && f.f16c;
-}
-
-bool HasAvx512() {
-  const CpuFeatures& f = GetCpuFeatures();
-  return HasAvx2() && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
-}
-
 }  // namespace
 
 const char* WeightFormatName(WeightFormat f) {
@@ -132,17 +121,28 @@ const MatMulKernels& ScalarKernels() {
   return k;
 }
 
+const MatMulKernels& KernelsFor(Isa isa) {
+  switch (isa) {
+#if defined(PHI4MM_BUILD_X86_KERNELS)
+    case Isa::kAvx2: return quant_internal::Avx2Kernels();
+    case Isa::kAvx512: return quant_internal::Avx512Kernels();
+#endif
+#if defined(PHI4MM_BUILD_ARM_KERNELS)
+    case Isa::kNeon: return quant_internal::NeonKernels();
+    case Isa::kNeonDot: return quant_internal::NeonDotKernels();
+#endif
+    default: return ScalarKernels();
+  }
+}
+
 std::vector<const MatMulKernels*> AvailableKernels() {
-  std::vector<const MatMulKernels*> v = {&ScalarKernels()};
-  if (HasAvx2()) v.push_back(&Avx2Kernels());
-  if (HasAvx512()) v.push_back(&Avx512Kernels());
+  std::vector<const MatMulKernels*> v;
+  for (Isa isa : AvailableIsas()) v.push_back(&KernelsFor(isa));
   return v;
 }
 
 const MatMulKernels& ActiveKernels() {
-  static const MatMulKernels* const active = HasAvx512() ? &Avx512Kernels()
-                                             : HasAvx2() ? &Avx2Kernels()
-                                                         : &ScalarKernels();
+  static const MatMulKernels* const active = &KernelsFor(ActiveIsa());
   return *active;
 }
 

@@ -1,6 +1,6 @@
 // The matmul kernel family behind WeightMatrix: one table of function pointers per instruction
-// set (scalar reference, AVX2+FMA+F16C, AVX-512 VNNI; a NEON table slots in the same way), and
-// the single runtime dispatch point that picks one table for the process (ActiveKernels).
+// set (scalar reference; AVX2+FMA+F16C and AVX-512 VNNI on x86-64; NEON with and without the
+// dot-product instructions on aarch64), and the table of the ISA the process runs (kernels/isa.h).
 //
 // A tile kernel computes y[i * ldy + r] (+)= dot(W row r, activation row i) for r < nr and
 // i < na, with nr in [1, kMaxTileRows] and na in [1, kMaxTileActs], over all `cols` columns. Weight rows are in the matrix's
@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "phi4mm/kernels/isa.h"
 
 namespace phi4mm {
 
@@ -68,14 +70,21 @@ struct MatMulKernels {
 };
 
 const MatMulKernels& ScalarKernels();
-// The AVX2+FMA+F16C table; only call its kernels when the CPU has those features.
-const MatMulKernels& Avx2Kernels();
-// The AVX-512 F/BW/VL/VNNI table (AVX2 entries, vpdpbusd Q4_K and Q8_0 tiles); only call it when
-// the CPU has those features and AVX2+FMA+F16C.
-const MatMulKernels& Avx512Kernels();
-// Every table this CPU can run, scalar first (for tests and benchmarks).
+// The table of `isa`; only call it for an ISA in AvailableIsas() (the per-ISA tables exist only in
+// builds for their architecture; for any other ISA this returns the scalar table).
+const MatMulKernels& KernelsFor(Isa isa);
+// The table of every ISA in AvailableIsas(), scalar first (for tests and benchmarks).
 std::vector<const MatMulKernels*> AvailableKernels();
-// The table used by WeightMatrix::MatMul: the best one for this CPU, chosen once.
+// The table used by WeightMatrix::MatMul: KernelsFor(ActiveIsa()).
 const MatMulKernels& ActiveKernels();
+
+namespace quant_internal {
+// The per-ISA tables, defined in the ISA's own files (quant_kernels_<isa>.cc) and reached only
+// through KernelsFor.
+const MatMulKernels& Avx2Kernels();
+const MatMulKernels& Avx512Kernels();
+const MatMulKernels& NeonKernels();
+const MatMulKernels& NeonDotKernels();
+}  // namespace quant_internal
 
 }  // namespace phi4mm

@@ -351,6 +351,6 @@ constinit const MatMulKernels kAvx2 = MakeAvx2();
 
 }  // namespace
 
-const MatMulKernels& Avx2Kernels() { return kAvx2; }
+const MatMulKernels& quant_internal::Avx2Kernels() { return kAvx2; }
 
 }  // namespace phi4mm

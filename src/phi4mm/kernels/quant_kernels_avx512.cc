@@ -158,7 +158,7 @@ void Tile(const TileArgs& t) {
 }
 
 MatMulKernels MakeAvx512() {
-  MatMulKernels k = Avx2Kernels();
+  MatMulKernels k = quant_internal::Avx2Kernels();
   k.name = "avx512";
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl>;
   k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8VnniImpl>;
@@ -176,7 +176,7 @@ MatMulKernels MakeAvx512() {
 
 }  // namespace
 
-const MatMulKernels& Avx512Kernels() {
+const MatMulKernels& quant_internal::Avx512Kernels() {
   static const MatMulKernels k = MakeAvx512();
   return k;
 }

@@ -1,6 +1,6 @@
 // Generic float32 vision-transformer operators: masked bidirectional batch attention, 2x2 average
 // pooling and the row-parallel bias / GELU / residual steps. Scalar reference versions, and the
-// one dispatch point to the AVX2 kernels of vision_ops_avx2.cc.
+// per-ISA table (the AVX2 kernels of vision_ops_avx2.cc on x86) picked by the process's ISA.
 #include "phi4mm/kernels/vision_ops.h"
 
 #include <algorithm>
@@ -8,7 +8,6 @@
 #include <functional>
 #include <vector>
 
-#include "phi4mm/kernels/cpu_features.h"
 #include "phi4mm/kernels/ops.h"
 #include "phi4mm/kernels/weight_matrix.h"
 
@@ -16,9 +15,9 @@ namespace phi4mm {
 
 namespace {
 
-bool UseAvx2() {
-  static const bool use = GetCpuFeatures().avx2 && GetCpuFeatures().fma;
-  return use;
+const vision_internal::VisionKernels& Active() {
+  static const vision_internal::VisionKernels* const active = &vision_internal::VisionKernelsFor(ActiveIsa());
+  return *active;
 }
 
 void ForRows(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn) {
@@ -33,11 +32,7 @@ void ForRows(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int6
 
 void BidirectionalAttention(const float* q, const float* k, const float* v, const uint8_t* key_valid,
                             const BatchAttentionShape& s, float* out, ThreadPool* pool) {
-  if (UseAvx2()) {
-    vision_internal::BidirectionalAttentionAvx2(q, k, v, key_valid, s, out, pool);
-  } else {
-    BidirectionalAttentionReference(q, k, v, key_valid, s, out, pool);
-  }
+  Active().attention(q, k, v, key_valid, s, out, pool);
 }
 
 void AddBiasParallel(float* y, const float* bias, int64_t n, int64_t dim, ThreadPool* pool) {
@@ -45,14 +40,10 @@ void AddBiasParallel(float* y, const float* bias, int64_t n, int64_t dim, Thread
 }
 
 void AddBiasGeluTanh(float* y, const float* bias, int64_t n, int64_t dim, ThreadPool* pool) {
-  const bool avx2 = UseAvx2();
+  const auto gelu = Active().gelu_tanh;
   ForRows(n, pool, [&](int64_t r0, int64_t r1) {
     AddBiasRows(y + r0 * dim, bias, r1 - r0, dim);
-    if (avx2) {
-      vision_internal::GeluTanhAvx2(y + r0 * dim, (r1 - r0) * dim);
-    } else {
-      GeluTanhInPlace(y + r0 * dim, (r1 - r0) * dim);
-    }
+    gelu(y + r0 * dim, (r1 - r0) * dim);
   });
 }
 
@@ -143,5 +134,19 @@ void AvgPool2x2(const float* x, int64_t batch, int64_t h, int64_t w, int64_t c, 
     run(0, batch * oh);
   }
 }
+
+namespace vision_internal {
+
+const VisionKernels& VisionKernelsFor(Isa isa) {
+  static const VisionKernels scalar{&BidirectionalAttentionReference, &GeluTanhInPlace};
+#if defined(PHI4MM_BUILD_X86_KERNELS)
+  static const VisionKernels avx2{&BidirectionalAttentionAvx2, &GeluTanhAvx2};
+  if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return avx2;
+#endif
+  (void)isa;
+  return scalar;
+}
+
+}  // namespace vision_internal
 
 }  // namespace phi4mm

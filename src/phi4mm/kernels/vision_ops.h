@@ -2,13 +2,15 @@
 // attention over a batch of sequences with a per-key validity mask, 2x2 average pooling of
 // channels-last feature maps with optional right/bottom reflection padding for odd sizes, and the
 // row-parallel bias / tanh-GELU / residual steps of an encoder layer. Each has a scalar reference;
-// attention and GELU dispatch to AVX2 kernels (vision_ops_avx2.cc) when the CPU has AVX2 and FMA.
+// attention and GELU run the table of the process's ISA (kernels/isa.h): AVX2 kernels
+// (vision_ops_avx2.cc) on the x86 SIMD ISAs, the scalar ones elsewhere.
 // (LayerNorm and the scalar GELUs are in kernels/ops.h.)
 #pragma once
 
 #include <cstdint>
 
 #include "phi4mm/base/thread_pool.h"
+#include "phi4mm/kernels/isa.h"
 #include "phi4mm/kernels/ops.h"
 
 namespace phi4mm {
@@ -45,7 +47,16 @@ void AddBiasResidual(float* h, const float* y, const float* bias, int64_t n, int
 void AvgPool2x2(const float* x, int64_t batch, int64_t h, int64_t w, int64_t c, float* out, ThreadPool* pool);
 
 namespace vision_internal {
-// The AVX2 + FMA kernels; call only when the CPU has them.
+// The kernels behind BidirectionalAttention and AddBiasGeluTanh, one table per ISA.
+struct VisionKernels {
+  void (*attention)(const float* q, const float* k, const float* v, const uint8_t* key_valid,
+                    const BatchAttentionShape& shape, float* out, ThreadPool* pool);
+  // In place tanh-GELU of x[0..n).
+  void (*gelu_tanh)(float* x, int64_t n);
+};
+// The table of `isa` (one in AvailableIsas()); scalar: the reference attention and GeluTanhInPlace.
+const VisionKernels& VisionKernelsFor(Isa isa);
+// The AVX2 + FMA kernels (vision_ops_avx2.cc, x86-64 builds only), reached through VisionKernelsFor.
 void BidirectionalAttentionAvx2(const float* q, const float* k, const float* v, const uint8_t* key_valid,
                                 const BatchAttentionShape& shape, float* out, ThreadPool* pool);
 // In place tanh-GELU of x[0..n) (the scalar GeluTanhInPlace for the tail).

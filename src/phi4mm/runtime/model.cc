@@ -1,11 +1,15 @@
-// Model loading: config, tokenizer, checkpoint, then the parts, each shape-checked.
+// Model loading: the kernel ISA override check, config, tokenizer, checkpoint, then the parts, each
+// shape-checked.
 #include "phi4mm/runtime/model.h"
 
+#include "phi4mm/kernels/isa.h"
 #include "phi4mm/models/tensor_manifest.h"
 
 namespace phi4mm {
 
 Result<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const LoadOptions& opts) {
+  // A refused PHI4MM_ISA override is the caller's to see, not a silent fallback.
+  PHI4MM_RETURN_IF_ERROR(IsaOverrideStatus());
   std::shared_ptr<Model> m(new Model());
   PHI4MM_ASSIGN_OR_RETURN(m->config_, ModelConfig::LoadFromDir(dir));
   PHI4MM_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::LoadFromDir(dir));

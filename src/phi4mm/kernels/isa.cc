@@ -1,0 +1,126 @@
+// The ISA dispatch point: which ISAs the build compiled (CMake defines PHI4MM_BUILD_X86_KERNELS or
+// PHI4MM_BUILD_ARM_KERNELS for the target architecture), which ones the CPU runs, and the
+// process-wide choice with its PHI4MM_ISA override.
+#include "phi4mm/kernels/isa.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace phi4mm {
+
+namespace {
+
+struct Choice {
+  Isa isa = Isa::kScalar;
+  Status status;
+};
+
+const Choice& GetChoice() {
+  static const Choice choice = [] {
+    const char* env = std::getenv("PHI4MM_ISA");
+    Result<Isa> r = ResolveIsa(env ? env : "", GetCpuFeatures());
+    Choice c;
+    if (r.ok()) c.isa = *r;
+    else c.status = r.status();
+    return c;
+  }();
+  return choice;
+}
+
+std::string AllNames() {
+  std::string s;
+  for (Isa i : kAllIsas) s += (s.empty() ? "" : ", ") + std::string(IsaName(i));
+  return s;
+}
+
+}  // namespace
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+    case Isa::kNeon: return "neon";
+    case Isa::kNeonDot: return "neondot";
+  }
+  return "?";
+}
+
+const char* IsaRequirement(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "nothing";
+    case Isa::kAvx2: return "AVX2, FMA and F16C";
+    case Isa::kAvx512: return "AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI";
+    case Isa::kNeon: return "Advanced SIMD (NEON)";
+    case Isa::kNeonDot: return "Advanced SIMD with the dot-product instructions (asimddp)";
+  }
+  return "?";
+}
+
+bool IsaBuilt(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return true;
+    case Isa::kAvx2:
+    case Isa::kAvx512:
+#if defined(PHI4MM_BUILD_X86_KERNELS)
+      return true;
+#else
+      return false;
+#endif
+    case Isa::kNeon:
+    case Isa::kNeonDot:
+#if defined(PHI4MM_BUILD_ARM_KERNELS)
+      return true;
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+bool IsaRuns(Isa isa, const CpuFeatures& f) {
+  const bool avx2 = f.avx2 && f.fma && f.f16c;
+  switch (isa) {
+    case Isa::kScalar: return true;
+    case Isa::kAvx2: return avx2;
+    case Isa::kAvx512: return avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+    case Isa::kNeon: return f.neon;
+    case Isa::kNeonDot: return f.neon && f.neon_dot;
+  }
+  return false;
+}
+
+std::vector<Isa> AvailableIsas() {
+  std::vector<Isa> v;
+  for (Isa i : kAllIsas)
+    if (IsaBuilt(i) && IsaRuns(i, GetCpuFeatures())) v.push_back(i);
+  return v;
+}
+
+Result<Isa> ResolveIsa(std::string_view request, const CpuFeatures& f) {
+  if (request.empty()) {
+    Isa best = Isa::kScalar;
+    for (Isa i : kAllIsas)
+      if (IsaBuilt(i) && IsaRuns(i, f)) best = i;
+    return best;
+  }
+  for (Isa i : kAllIsas) {
+    if (request != IsaName(i)) continue;
+    if (!IsaBuilt(i))
+      return Unsupported("PHI4MM_ISA=" + std::string(request) + ": this build of phi4mm has no " + IsaName(i) +
+                         " kernels (they are compiled only for their architecture); unset PHI4MM_ISA or pick "
+                         "one this build has");
+    if (!IsaRuns(i, f))
+      return Unsupported("PHI4MM_ISA=" + std::string(request) + ": this CPU lacks " + IsaRequirement(i) +
+                         "; unset PHI4MM_ISA to use the best table it runs, or set PHI4MM_ISA=scalar");
+    return i;
+  }
+  return InvalidArgument("PHI4MM_ISA=" + std::string(request) + " is not a kernel table (expected one of " +
+                         AllNames() + ", or unset for the best this CPU runs)");
+}
+
+Isa ActiveIsa() { return GetChoice().isa; }
+
+Status IsaOverrideStatus() { return GetChoice().status; }
+
+}  // namespace phi4mm

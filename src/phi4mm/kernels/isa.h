@@ -1,0 +1,41 @@
+// The one dispatch point for the kernel instruction set: every kernel family (matmul tiles,
+// attention rows, vision ops, the machine-peak loops) has one table per ISA, and the process runs
+// the tables of the single ISA chosen here. The choice is the best ISA that this build compiled and
+// this CPU runs (x86-64: AVX-512 VNNI > AVX2+FMA+F16C > scalar; aarch64: NEON with dot product >
+// NEON > scalar), unless the environment variable PHI4MM_ISA names one (scalar, avx2, avx512, neon,
+// neondot): then that one, or, when the CPU or the build lacks it, a refusal that the CLI and
+// Model::Load report (IsaOverrideStatus) while the kernels fall back to the scalar tables.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "phi4mm/base/status.h"
+#include "phi4mm/kernels/cpu_features.h"
+
+namespace phi4mm {
+
+// Weakest to strongest within each architecture; the order is also the order of AvailableIsas.
+enum class Isa { kScalar, kAvx2, kAvx512, kNeon, kNeonDot };
+inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon, Isa::kNeonDot};
+
+// "scalar", "avx2", "avx512", "neon", "neondot" (the PHI4MM_ISA spellings).
+const char* IsaName(Isa isa);
+// What the CPU must have for `isa`, in words ("AVX2, FMA and F16C").
+const char* IsaRequirement(Isa isa);
+// Whether this build compiled the tables of `isa` (x86 tables on x86-64, NEON ones on aarch64).
+bool IsaBuilt(Isa isa);
+// Whether a CPU with features `f` can run `isa`.
+bool IsaRuns(Isa isa, const CpuFeatures& f);
+// Every ISA built and runnable here, scalar first: what tests and benchmarks loop over.
+std::vector<Isa> AvailableIsas();
+// The ISA a PHI4MM_ISA value selects on a CPU with features `f`: the best one when `request` is
+// empty, else the one named, or an error saying why it cannot be used.
+Result<Isa> ResolveIsa(std::string_view request, const CpuFeatures& f);
+// The ISA of this process, resolved once from PHI4MM_ISA and the CPU (scalar when the override
+// was refused).
+Isa ActiveIsa();
+// OK, or the refusal of PHI4MM_ISA (the CLI and Model::Load return it).
+Status IsaOverrideStatus();
+
+}  // namespace phi4mm
