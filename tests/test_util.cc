@@ -23,10 +23,29 @@ namespace fs = std::filesystem;
 std::string FixturesDir() { return PHI4MM_FIXTURES_DIR; }
 std::string FixturePath(const std::string& rel) { return FixturesDir() + "/" + rel; }
 
+namespace {
+// The folders TempDir made in this process, removed when it exits (ctest runs every test in its
+// own process, so folders named by pid piled up: 19 GB of them once filled the disk). Set
+// PHI4MM_KEEP_TEST_DIRS to keep them for a look.
+struct TempDirs {
+  std::vector<fs::path> made;
+  ~TempDirs() {
+    if (std::getenv("PHI4MM_KEEP_TEST_DIRS") != nullptr) return;
+    std::error_code ec;
+    for (const fs::path& p : made) fs::remove_all(p, ec);
+  }
+};
+TempDirs& Made() {
+  static TempDirs dirs;
+  return dirs;
+}
+}  // namespace
+
 std::string TempDir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("phi4mm_test_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(p);
   fs::create_directories(p);
+  Made().made.push_back(p);
   return p.string();
 }
 
