@@ -1,7 +1,12 @@
 // Server lifecycle (start, hand-over of the engine, drain, stop) and the cross-cutting HTTP
 // handling: API-key check, 503 while loading or draining, OpenAI-format bodies for the library's
 // own errors (404 -> 405 for known paths, 413), exceptions -> 500, request counting.
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 #include "response.h"
 #include "server_internal.h"
@@ -72,6 +77,38 @@ void Server::Impl::SendError(httplib::Response& res, const ApiError& e) {
   else if (e.status == 503) metrics.CountRejected("unavailable");
   else if (e.status == 400) metrics.CountRejected("invalid_request");
 }
+
+namespace {
+
+// Debian's cpp-httplib is a compiled library that listens with a backlog of 5, so a burst of
+// clients connecting at once (32 in the load tests) overflowed the accept queue and the kernel
+// dropped connections the clients already believed open: they got no answer. Calling listen()
+// again on a listening socket sets its backlog on Linux; the library keeps its socket private,
+// so it is found among this process's descriptors as the listening TCP socket bound to `port`.
+// Returns whether one was found.
+bool RaiseListenBacklog(int port, int backlog) {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return false;
+  bool found = false;
+  while (dirent* e = readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2 || fd == dirfd(d)) continue;
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    len = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    int bound = -1;
+    if (addr.ss_family == AF_INET) bound = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) bound = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (bound == port && ::listen(fd, backlog) == 0) found = true;
+  }
+  closedir(d);
+  return found;
+}
+
+}  // namespace
 
 Server::Server(ServerOptions opts) : impl_(std::make_unique<Impl>()) { impl_->opts = std::move(opts); }
 
@@ -178,6 +215,7 @@ Result<int> Server::Start() {
                            " (in use, or not an address of this machine)");
   }
   s.port = port;
+  RaiseListenBacklog(port, 512);
   s.listener = std::thread([&s] { s.http.listen_after_bind(); });
   return port;
 }
