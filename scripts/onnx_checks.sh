@@ -10,14 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=build/venv-onnx
-if ! python3 -c "import ensurepip, venv" 2>/dev/null; then  # Debian splits venv out of python3
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv
-fi
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet -r tools/onnx/requirements.txt
-fi
+bash scripts/python_venv.sh "$venv" tools/onnx/requirements.txt
 model=tests/fixtures/trained/orig
 pkg=build/onnx-trained
 rm -rf "$pkg"

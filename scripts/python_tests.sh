@@ -8,8 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "== the server through the official openai client (tests/python: pytest, then the load driver) =="
 venv=build/python-venv
-if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
-"$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+bash scripts/python_venv.sh "$venv" tests/python/requirements.txt
 export PHI4MM_BIN="${PHI4MM_BIN:-$PWD/build/phi4mm}"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python
 "$venv/bin/python" tests/python/load_driver.py

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "phi4mm/runtime/perplexity.h"
+#include "phi4mm/runtime/sampler.h"
 #include "phi4mm/runtime/session.h"
 #include "test_util.h"
 
@@ -171,10 +172,6 @@ struct GreedyCompare {
   double max_change = 0;
 };
 
-int32_t Argmax(const std::vector<float>& l) {
-  return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-}
-
 GreedyCompare CompareGreedy(const std::shared_ptr<const Model>& f32, const std::shared_ptr<const Model>& q8,
                             const std::vector<int32_t>& prompt, LoraMode mode, int steps) {
   GreedyCompare g;
@@ -185,13 +182,13 @@ GreedyCompare CompareGreedy(const std::shared_ptr<const Model>& f32, const std::
   for (int k = 0; st.ok() && k < steps; ++k) {
     const std::vector<float>& la = a.logits();
     const std::vector<float>& lb = b.logits();
-    const int32_t best = Argmax(la);
+    const int32_t best = ArgMax(la);
     float second = -INFINITY;
     for (size_t i = 0; i < la.size(); ++i) {
       if (static_cast<int32_t>(i) != best) second = std::max(second, la[i]);
       g.max_change = std::max(g.max_change, static_cast<double>(std::fabs(la[i] - lb[i])));
     }
-    const bool equal = Argmax(lb) == best;
+    const bool equal = ArgMax(lb) == best;
     if (la[best] - second >= kDecisiveMargin) {
       ++g.decisive;
       g.decisive_equal += equal;
