@@ -245,19 +245,6 @@ TEST(ServerErrors, OverloadIsAnswered429WithRetryAfter) {
   EXPECT_GE(MetricValue(Get(s.port, "/metrics").body, "phi4mm_requests_rejected_total{reason=\"queue_full\"}"), busy);
 }
 
-// Waits until the engine has nothing running or waiting and no KV reserved.
-bool EngineIdle(int port, double seconds) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    const std::string m = Get(port, "/metrics").body;
-    if (MetricValue(m, "phi4mm_requests_running") == 0 && MetricValue(m, "phi4mm_requests_waiting") == 0 &&
-        MetricValue(m, "phi4mm_kv_cache_bytes") == 0)
-      return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
 TEST(ServerErrors, DisconnectCancelsWhileStreaming) {
   auto s = StartTestServer();
   const int fd = RawConnect(s.port, RawPost("/v1/chat/completions", LongBody(400, true).dump()));
@@ -273,7 +260,7 @@ TEST(ServerErrors, DisconnectCancelsWhileStreaming) {
     for (size_t at = got.find("data: "); at != std::string::npos; at = got.find("data: ", at + 1)) ++chunks;
   }
   close(fd);
-  EXPECT_TRUE(EngineIdle(s.port, 3.0));
+  EXPECT_TRUE(WaitEngineIdle(s.port, 3.0));
   const std::string m = Get(s.port, "/metrics").body;
   EXPECT_EQ(MetricValue(m, "phi4mm_cancelled_total{reason=\"disconnect\"}"), 1);
   EXPECT_LT(MetricValue(m, "phi4mm_generation_tokens_total"), 300);
@@ -296,7 +283,7 @@ TEST(ServerErrors, DisconnectCancelsAQueuedAndANonStreamingRequest) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(MetricValue(Get(s.port, "/metrics").body, "phi4mm_requests_waiting"), 0);
   close(busy);
-  EXPECT_TRUE(EngineIdle(s.port, 3.0));
+  EXPECT_TRUE(WaitEngineIdle(s.port, 3.0));
   EXPECT_EQ(MetricValue(Get(s.port, "/metrics").body, "phi4mm_cancelled_total{reason=\"disconnect\"}"), 2);
 }
 

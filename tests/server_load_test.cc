@@ -82,18 +82,6 @@ int64_t HeapInUseBytes() {
   return static_cast<int64_t>(mi.uordblks + mi.hblkhd);
 }
 
-// Waits until the server runs and queues nothing (a cancelled request ends within a step or two
-// of its client leaving) and returns the last /metrics text.
-std::string WaitIdle(int port) {
-  std::string m;
-  for (int i = 0; i < 200; ++i) {
-    m = Get(port, "/metrics").body;
-    if (MetricValue(m, "phi4mm_requests_running") == 0 && MetricValue(m, "phi4mm_requests_waiting") == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return m;
-}
-
 TEST(ServerLoad, MixedConcurrentClientsGetTheirSoloAnswers) {
   // HTTP threads as `phi4mm serve` sizes them (max_running + max_queue + 8), and caches small enough
   // to reach their limits in the first round, so that heap growth after it would be a leak.
@@ -131,7 +119,7 @@ TEST(ServerLoad, MixedConcurrentClientsGetTheirSoloAnswers) {
   std::vector<int64_t> heap, rss;  // heap bytes in use and resident bytes when idle after each round
   // Runs once all clients finish a round (on the last one to arrive): idle server, then measure.
   auto round_end = [&]() noexcept {
-    WaitIdle(s.port);
+    WaitEngineIdle(s.port, 10.0);
     heap.push_back(HeapInUseBytes());
     rss.push_back(server::ResidentBytes());
   };
@@ -173,7 +161,8 @@ TEST(ServerLoad, MixedConcurrentClientsGetTheirSoloAnswers) {
 
   for (const std::string& f : failures) ADD_FAILURE() << f;
   EXPECT_EQ(slow_health.load(), 0) << "of " << health_checks.load() << " health checks";
-  const std::string m = WaitIdle(s.port);
+  std::string m;
+  WaitEngineIdle(s.port, 10.0, &m);
   EXPECT_EQ(MetricValue(m, "phi4mm_requests_running"), 0);
   EXPECT_EQ(MetricValue(m, "phi4mm_requests_waiting"), 0);
   EXPECT_EQ(MetricValue(m, "phi4mm_kv_cache_bytes"), 0);

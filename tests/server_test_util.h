@@ -11,10 +11,12 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server/media_input.h"
@@ -110,6 +112,22 @@ inline double MetricValue(const std::string& text, const std::string& name_and_l
     if (line.rfind(name_and_labels + " ", 0) == 0) return std::stod(line.substr(name_and_labels.size() + 1));
   }
   return -1;
+}
+
+// Waits up to `seconds` until the engine runs and queues nothing and reserves no KV (a cancelled
+// request ends within a step or two of its client leaving); returns whether it got there, and the
+// last /metrics text in `*metrics` when given.
+inline bool WaitEngineIdle(int port, double seconds, std::string* metrics = nullptr) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (true) {
+    const std::string m = Get(port, "/metrics").body;
+    if (metrics) *metrics = m;
+    if (MetricValue(m, "phi4mm_requests_running") == 0 && MetricValue(m, "phi4mm_requests_waiting") == 0 &&
+        MetricValue(m, "phi4mm_kv_cache_bytes") == 0)
+      return true;
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 inline std::string DataUri(const std::string& mime, const std::string& fixture_rel) {
