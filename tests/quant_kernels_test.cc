@@ -1,12 +1,15 @@
 // Block formats and matmul kernels: quantize -> dequantize error within the analytic bound of each
-// format (half a step of the stored scale), activation quantizers bit-identical across ISAs, the
+// format (Q8_0: half a step of the stored scale; Q4_K: the nearest level of the stored grid, and
+// its step search beating min/max rounding), activation quantizers bit-identical across ISAs, the
 // scalar kernels against a double-precision reference with the analytic activation-rounding bound,
 // and every kernel table this CPU runs against the scalar table, for every format, on odd shapes
 // and column tails (rows 1..130, cols 32..4304, n = 1..17: GEMV, the batch tiles, GEMM), with accumulate and threads. Q4_K
 // also: the interleaved block order spelled out, and the int16 accumulation bound hit exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -44,7 +47,18 @@ TEST(QuantFormat, Q8RoundTripWithinHalfStep) {
   }
 }
 
-TEST(QuantFormat, Q4KRoundTripWithinHalfStep) {
+// The distance from x to the nearest of the 16 values sub-block j of block b can hold.
+float NearestQ4KLevelDistance(const BlockQ4K& b, int j, float x) {
+  const float step = F16ToF32(b.d) * static_cast<float>(b.scales[j]);
+  const float offset = F16ToF32(b.dmin) * static_cast<float>(b.mins[j]);
+  float best = INFINITY;
+  for (int q = 0; q < 16; ++q) best = std::min(best, std::fabs(step * static_cast<float>(q) - offset - x));
+  return best;
+}
+
+// Q4_K may clip (its step and offset are searched, not min/max), but every weight must get the
+// level of its sub-block nearest to it: within float rounding of the nearest level's distance.
+TEST(QuantFormat, Q4KEveryWeightGetsItsNearestLevel) {
   for (int64_t cols : kCols) {
     std::vector<float> x = Random(static_cast<size_t>(cols), static_cast<uint32_t>(cols) + 5, 0.05f);
     if (cols >= 64)
@@ -55,17 +69,49 @@ TEST(QuantFormat, Q4KRoundTripWithinHalfStep) {
     DequantizeRowQ4K(q.data(), cols, back.data());
     for (int64_t i = 0; i < cols; ++i) {
       const BlockQ4K& b = q[i / kQ4KBlock];
-      const float step = F16ToF32(b.d) * static_cast<float>(b.scales[(i % kQ4KBlock) / kQ4KSub]);
-      const float bound = 0.5f * step * (1.0f + 1e-5f) + 1e-6f * std::fabs(x[i]) + 1e-30f;
-      ASSERT_LE(std::fabs(back[i] - x[i]), bound) << "cols=" << cols << " i=" << i;
+      const float nearest = NearestQ4KLevelDistance(b, static_cast<int>(i % kQ4KBlock) / kQ4KSub, x[i]);
+      ASSERT_LE(std::fabs(back[i] - x[i]), nearest * (1.0f + 1e-5f) + 1e-6f * std::fabs(x[i]) + 1e-30f)
+          << "cols=" << cols << " i=" << i;
     }
   }
 }
 
+// The step/offset search is there to beat plain min/max rounding: over many rows of weights with
+// outliers, its squared error (the quantizer's objective) must be below that of min/max rounding
+// even with unrounded f32 steps and offsets.
+TEST(QuantFormat, Q4KSearchBeatsMinMaxRounding) {
+  const int64_t cols = 3072, rows = 64;
+  double err = 0, err_minmax = 0;
+  std::vector<BlockQ4K> q(static_cast<size_t>(CeilDiv(cols, kQ4KBlock)));
+  std::vector<float> back(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> x = Random(static_cast<size_t>(cols), static_cast<uint32_t>(r) + 101, 0.02f);
+    QuantizeRowQ4K(x.data(), cols, q.data());
+    DequantizeRowQ4K(q.data(), cols, back.data());
+    for (int64_t s = 0; s < cols; s += kQ4KSub) {
+      float lo = 0.0f, hi = x[s];
+      for (int i = 0; i < kQ4KSub; ++i) {
+        lo = std::min(lo, x[s + i]);
+        hi = std::max(hi, x[s + i]);
+      }
+      const float step = (hi - lo) / 15.0f;
+      for (int i = 0; i < kQ4KSub; ++i) {
+        const float v = x[s + i];
+        const float level = std::clamp(std::nearbyint((v - lo) / step), 0.0f, 15.0f);
+        const double e = back[s + i] - v, e_minmax = step * level + lo - v;
+        err += e * e;
+        err_minmax += e_minmax * e_minmax;
+      }
+    }
+  }
+  std::printf("Q4_K squared error, search / min-max rounding: %.3f\n", err / err_minmax);
+  EXPECT_LT(err, err_minmax);
+}
+
 // The interleaved Q4_K / A8K block order, spelled out independently of Q4KPos: weight k of
 // sub-block j of a block is the nibble at position (k/4)*32 + j*4 + k%4, position p living in
-// byte (p/64)*32 + p%32 (low nibble when p%64 < 32). Dequantizing puts weight k back at k, within
-// half a step, and the activation quantizer stores element k at the same position.
+// byte (p/64)*32 + p%32 (low nibble when p%64 < 32). Dequantizing puts weight k back at k, at its
+// nearest level, and the activation quantizer stores element k at the same position.
 TEST(QuantFormat, Q4KInterleavedOrderRoundTrips) {
   for (int64_t cols : {48, 256, 300, 4304}) {
     const std::vector<float> x = Random(static_cast<size_t>(cols), static_cast<uint32_t>(cols) + 17, 0.05f);
@@ -85,7 +131,7 @@ TEST(QuantFormat, Q4KInterleavedOrderRoundTrips) {
       const float step = F16ToF32(b.d) * static_cast<float>(b.scales[j]);
       const float want = step * static_cast<float>(nib) - F16ToF32(b.dmin) * static_cast<float>(b.mins[j]);
       ASSERT_EQ(back[e], want) << "cols=" << cols << " e=" << e;
-      const float bound = 0.5f * step * (1.0f + 1e-5f) + 1e-6f * std::fabs(x[e]) + 1e-30f;
+      const float bound = NearestQ4KLevelDistance(b, j, x[e]) * (1.0f + 1e-5f) + 1e-6f * std::fabs(x[e]) + 1e-30f;
       ASSERT_LE(std::fabs(back[e] - x[e]), bound) << "cols=" << cols << " e=" << e;
       const BlockA8K& ab = a[e / kQ4KBlock];
       const float id = ab.d > 0.0f ? 1.0f / ab.d : 0.0f;

@@ -4,7 +4,10 @@
 # tools/reference/train_tiny_decoder.py --hf-out, is converted with llama.cpp's own
 # convert_hf_to_gguf.py to an F32 GGUF, quantized with llama-quantize to Q8_0, Q4_0 and Q4_K_M
 # (and Q4_K_M with its tied embedding / output at Q8_0, `--output-tensor-type q8_0`, the head
-# precision of phi4mm's q4, which llama.cpp otherwise stores as Q6_K), and each is scored with `llama-perplexity --kl-divergence` against the F32 file on the held-out
+# precision of phi4mm's q4, which llama.cpp otherwise stores as Q6_K; and Q4_K-pure-q8out, every
+# layer weight at Q4_K with that Q8_0 head, `--pure`: llama.cpp's format and quantizer without
+# its per-tensor mixture, the like-for-like rival of phi4mm's q4), and each is scored with
+# `llama-perplexity --kl-divergence` against the F32 file on the held-out
 # text. phi4mm is then scored against the same F32 reference file: this checks that both tools
 # tokenize the text to the same ids (phi4mm refuses a reference of other tokens) and that the two
 # engines run the same model (phi4mm f32 vs llama.cpp F32: KL ~0).
@@ -13,14 +16,16 @@
 #   LLAMA_SRC   llama.cpp sources (convert_hf_to_gguf.py, gguf-py); see tools/anchors/README.md
 #   LLAMA_BUILD its build folder with bin/llama-quantize and bin/llama-perplexity
 #   PYTHON      a python with torch, transformers, numpy, sentencepiece and mistral-common
-#   HF_DIR      the Phi-3 checkpoint written by train_tiny_decoder.py --hf-out
+#   HF_DIR      the Phi-3 checkpoint written by train_tiny_decoder.py --hf-out or, from the
+#               committed fixture, by tools/reference/trained_fixture_to_hf.py
 #   WORK_DIR    where the GGUFs, the ~4 GB reference file and the logs go (outside the repo)
 #   PHI4MM      the phi4mm binary (default build/phi4mm)
 # Environment: CTX (default 512), THREADS (default 2), NICE (default 0: llama-perplexity at nice 19
-# on a busy 2-core machine took 25 minutes per file instead of 90 s).
+# on a busy 2-core machine took 25 minutes per file instead of 90 s), VARIANTS (a space-separated
+# subset of the variants above; default all).
 set -euo pipefail
 if [ $# -lt 5 ]; then
-  sed -n '2,22p' "$0"
+  sed -n '2,25p' "$0"
   exit 2
 fi
 src=$1 build=$2 python=$3 hf=$4 work=$5
@@ -28,7 +33,7 @@ phi4mm=${6:-build/phi4mm}
 ctx=${CTX:-512}
 threads=${THREADS:-2}
 niceness=${NICE:-0}
-variants=(Q8_0 Q4_0 Q4_K_M Q4_K_M-q8out)
+read -r -a variants <<< "${VARIANTS:-Q8_0 Q4_0 Q4_K_M Q4_K_M-q8out Q4_K-pure-q8out}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 text="$repo/tests/fixtures/trained/heldout.txt"
 fixture="$repo/tests/fixtures/trained/orig"
@@ -41,7 +46,10 @@ fi
 for q in "${variants[@]}"; do
   if [ ! -f "$work/trained-$q.gguf" ]; then
     extra=() type=$q
-    if [ "$q" = Q4_K_M-q8out ]; then extra=(--output-tensor-type q8_0) type=Q4_K_M; fi
+    case $q in
+      Q4_K_M-q8out) extra=(--output-tensor-type q8_0) type=Q4_K_M ;;
+      Q4_K-pure-q8out) extra=(--pure --output-tensor-type q8_0 --token-embedding-type q8_0) type=Q4_K ;;
+    esac
     nice -n 19 "$build/bin/llama-quantize" "${extra[@]}" "$f32" "$work/trained-$q.gguf" "$type" "$threads" \
       > "$work/quantize-$q.log" 2>&1
   fi

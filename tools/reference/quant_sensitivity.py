@@ -2,7 +2,8 @@
 """Quantization sensitivity of the tiny reference model (tests/fixtures/tiny); a development tool.
 
 Loads the native layout (from_pretrained + PEFT load_adapter, as make_fixtures.py checks it), fake-quantizes the
-weights in place (quantize -> dequantize; Q8_0 and Q4_K are bit-exact mirrors of src/phi4mm/kernels/quant.cc) and
+weights in place (quantize -> dequantize; Q8_0 is a bit-exact mirror of src/phi4mm/kernels/quant.cc, Q4_K the
+same algorithm) and
 the activations with forward pre-hooks on the nn.Linear inputs (A8 / A8K as the engine's MatMul quantizes them),
 then runs every parity case of reference/cases.json teacher-forced on the reference tokens (a fresh causal
 forward per step, the `ideal.*` tensors, as tests/quant_quality_test.cc does). It prints per variant and case the
@@ -29,7 +30,7 @@ from transformers import Phi4MultimodalForCausalLM  # noqa: E402
 TINY = os.path.join(mf.REPO, "tests", "fixtures", "tiny")
 LINEAR_RE = re.compile(r"model\.layers\.\d+\.(?:self_attn|mlp)\.(qkv_proj|o_proj|gate_up_proj|down_proj)$")
 
-# Quantizers (float32 torch in, float32 torch out). q8_0, q4k and act8 are exact mirrors of quant.cc.
+# Quantizers (float32 torch in, float32 torch out). q8_0 and act8 are exact mirrors of quant.cc, q4k its algorithm.
 
 def _blocks(w, block):
     """[R, C] -> [R, nb, block] zero-padded (quant.cc PaddedBlock)."""
@@ -52,34 +53,68 @@ def q8_0(w):
     return (d * q).reshape(w.shape[0], -1)[:, : w.shape[1]]
 
 
-def _ceil_steps(need, unit):
-    """quant.cc CeilSteps, vectorized (need, unit float32 numpy, broadcastable)."""
-    need, unit = np.broadcast_arrays(need, unit)
+def _nearest_level(v, step, offset):
+    """quant.cc NearestLevel: clamp(nearbyint((v + offset) / step), 0, 15), 0 where step <= 0."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        n = np.minimum(np.float32(255), np.ceil(need / unit))
-    n = np.where((need <= 0) | (unit <= 0), 0, n).astype(np.int64)
-    while (bump := (n < 255) & (n.astype(np.float32) * unit < need) & (need > 0) & (unit > 0)).any():
-        n = n + bump
-    return n
+        return np.where(step > 0, np.round((v + offset) / step), 0).clip(0, 15)
+
+
+def _rounded_steps(v, unit):
+    """quant.cc RoundedSteps: min(255, nearbyint(v / unit)), 0 where v <= 0 or unit <= 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n = np.minimum(np.float32(255), np.round(v / unit))
+    return np.where((v <= 0) | (unit <= 0), 0, n).astype(np.float32)
+
+
+def _fit_sub_blocks(v):
+    """quant.cc FitSubBlock over [..., 32]: the least-squares step and offset search (same algorithm;
+    the sums are not accumulated in the same order, so a tie may rarely go the other way)."""
+    lo = np.minimum(np.float32(0), v.min(-1))
+    hi = v.max(-1)
+    rng = hi - lo
+
+    def error_of(step, offset):
+        q = _nearest_level(v, step[..., None], offset[..., None])
+        return ((step[..., None] * q - offset[..., None] - v) ** 2).sum(-1)
+
+    best_step = rng / np.float32(15)
+    best_offset = -lo
+    best_err = error_of(best_step, best_offset)
+    x = v.astype(np.float64)
+    sx = x.sum(-1)
+    for t in range(-10, 11):
+        step0 = rng / (np.float32(15) + np.float32(0.1) * np.float32(t))
+        q = _nearest_level(v, step0[..., None], -lo[..., None]).astype(np.float64)
+        sq, sqq, sqx = q.sum(-1), (q * q).sum(-1), (q * x).sum(-1)
+        det = 32 * sqq - sq * sq
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = (32 * sqx - sq * sx) / det
+            base = (sqq * sx - sq * sqx) / det
+            clamp = base > 0
+            step = np.where(clamp, sqx / sqq, step)
+        base = np.where(clamp, 0.0, base)
+        ok = (det > 0) & (step > 0)
+        step32 = np.where(ok, step, 1.0).astype(np.float32)
+        offset32 = np.where(ok, -base, 0.0).astype(np.float32)
+        better = ok & (error_of(step32, offset32) < best_err)
+        best_err = np.where(better, error_of(step32, offset32), best_err)
+        best_step = np.where(better, step32, best_step)
+        best_offset = np.where(better, offset32, best_offset)
+    zero = hi <= lo
+    return np.where(zero, 0, best_step).astype(np.float32), np.where(zero, 0, best_offset).astype(np.float32)
 
 
 def q4k(w):
-    """Our Q4_K (quant.cc QuantizeRowQ4K / DequantizeRowQ4K), float32 arithmetic in the same order."""
+    """Our Q4_K (quant.cc QuantizeRowQ4K / DequantizeRowQ4K): searched sub-block steps and offsets,
+    stored as 8-bit multiples of f16 block scales rounded to nearest, each weight at its nearest level."""
     v = _blocks(w, 256).numpy().reshape(w.shape[0], -1, 8, 32)
-    lo = np.minimum(np.float32(0), v.min(-1))
-    hi = v.max(-1)
-    dmin = _f16_at_least((-lo).max(-1) / np.float32(255))[..., None]
-    mins = _ceil_steps(-lo, dmin)
-    offset = dmin * mins.astype(np.float32)
-    need = np.maximum(np.float32(0), (hi + offset) / np.float32(15))
-    d = _f16_at_least(need.max(-1) / np.float32(255))[..., None]
-    sc = _ceil_steps(need, d)
-    while (bump := (sc < 255) & (np.float32(15) * d * sc.astype(np.float32) < hi + offset)).any():
-        sc = sc + bump
-    step = (d * sc.astype(np.float32))[..., None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(step > 0, np.round((v + offset[..., None]) / step), 0).clip(0, 15).astype(np.float32)
-    out = (d * sc.astype(np.float32))[..., None] * q - (dmin * mins.astype(np.float32))[..., None]
+    step, offset = _fit_sub_blocks(v)
+    d = (step.max(-1) / np.float32(255)).astype(np.float16).astype(np.float32)[..., None]
+    dmin = (offset.max(-1) / np.float32(255)).astype(np.float16).astype(np.float32)[..., None]
+    step_q = d * _rounded_steps(step, d)
+    offset_q = dmin * _rounded_steps(offset, dmin)
+    q = _nearest_level(v, step_q[..., None], offset_q[..., None]).astype(np.float32)
+    out = step_q[..., None] * q - offset_q[..., None]
     return torch.from_numpy(out.reshape(w.shape[0], -1)[:, : w.shape[1]].copy())
 
 

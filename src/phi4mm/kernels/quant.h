@@ -13,8 +13,10 @@
 // A8K (256 int8 + f32 scale + 8 sub-block sums) for Q4_K weights, with qs in the same interleaved
 // order, so the unsigned Q4_K nibbles feed `maddubs` / `vpdpbusd` directly and the min term is
 // applied once per sub-block from the sums.
-// Quantization is round-to-nearest and deterministic. Scales are rounded up (never down) so the
-// error of every weight is at most half its effective step (d * q step), which the tests check.
+// Quantization is deterministic. Q8_0 rounds to nearest with its scale rounded up (never down), so
+// the error of every weight is at most half a step. Q4_K searches each sub-block's step and offset
+// for the least squared error (which may clip outliers), stores them to nearest, and
+// gives each weight the level nearest to it; the tests check both.
 #pragma once
 
 #include <cstddef>
