@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python tests of `phi4mm serve` (tests/python): makes a virtual environment in
 # build/python-venv (never committed), installs the pinned PyPI packages of
-# tests/python/requirements.txt (the official `openai` client and pytest), then runs the pytest
+# tests/python/requirements.txt (the official `openai` client and pytest) and
+# requirements-langchain.txt (LangChain's ChatOpenAI, for item 9), then runs the pytest
 # suite (the spec's section I) and the load driver (section J) against build/phi4mm on loopback.
 # Needs build/phi4mm built, python3 with venv, and curl. PHI4MM_BIN overrides the binary.
 set -euo pipefail
@@ -9,6 +10,7 @@ cd "$(dirname "$0")/.."
 echo "== the server through the official openai client (tests/python: pytest, then the load driver) =="
 venv=build/python-venv
 bash scripts/python_venv.sh "$venv" tests/python/requirements.txt
+bash scripts/python_venv.sh "$venv" tests/python/requirements-langchain.txt
 export PHI4MM_BIN="${PHI4MM_BIN:-$PWD/build/phi4mm}"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python
 "$venv/bin/python" tests/python/load_driver.py
