@@ -5,7 +5,8 @@ refused from their headers before anything is decoded: a 20000x20000 PNG whose p
 bytes and a 2-hour WAV over a second of samples get `image_too_large` / `audio_too_long` (a decoder
 that had started would fail on the missing data instead), quickly. 503 is shown while the model
 loads (its tokenizer file is a pipe the test fills only after checking) and while draining. 429
-is in test_overload.py, the mid-stream error event in test_timeout_*.
+is in test_overload.py, the mid-stream error event in test_timeout_*. 500 is an engine failure: an
+image request on a checkpoint whose vision tower lacks a tensor.
 """
 import base64
 import json
@@ -291,5 +292,50 @@ def test_503_while_draining():
         assert "choices" in events[-1] and events[-1]["choices"][0]["finish_reason"] == "length", events[-1]
         assert s.proc.wait(60) == 0
         assert "(1 requests in flight)" in s.stderr()
+    finally:
+        assert s.stop() == 0
+
+
+# --- 500 -------------------------------------------------------------------------------------------
+
+def test_500_when_the_engine_fails(tmp_path):
+    """A checkpoint whose vision tower lacks a tensor: the server starts (the tower loads on first
+    use), answers text, and an image request fails inside the engine: 500 `server_error` naming the
+    missing tensor, plainly and as an error event then [DONE] in a stream; text still works after."""
+    import shutil
+    src = phi4mm_server.model_dir()
+    folder = tmp_path / "no_patch_embedding"
+    shutil.copytree(src, folder)
+    old = "model.embed_tokens_extend.image_embed.img_processor.embeddings.patch_embedding.weight"
+    new = old[:-1] + "x"  # same length: the shard's data offsets stay valid
+    for shard in folder.glob("*.safetensors"):
+        raw = bytearray(shard.read_bytes())
+        n = struct.unpack("<Q", raw[:8])[0]
+        header = raw[8:8 + n].decode()
+        if f'"{old}"' in header:
+            raw[8:8 + n] = header.replace(f'"{old}"', f'"{new}"').encode()
+            shard.write_bytes(raw)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"][new] = index["weight_map"].pop(old)
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    s = Server(model=str(folder))
+    try:
+        c = openai.OpenAI(base_url=s.base_url, api_key="x", max_retries=0)
+        text = [{"role": "user", "content": "Hello"}]
+        assert c.chat.completions.create(model="m", messages=text, max_tokens=2).choices[0].message.content
+        image = [{"role": "user", "content": [image_part(fixture("images/tiny_5x7.png")),
+                                              {"type": "text", "text": "What is this?"}]}]
+        with pytest.raises(openai.InternalServerError) as e:
+            c.chat.completions.create(model="m", messages=image, max_tokens=2)
+        assert e.value.status_code == 500 and e.value.body["type"] == "server_error"
+        assert "loading the vision part" in e.value.body["message"] and old in e.value.body["message"]
+        status, _, raw = s.request("POST", "/v1/chat/completions", {"messages": image, "max_tokens": 2, "stream": True})
+        assert status == 200
+        events = sse_events(raw)
+        assert events[-1] == "[DONE]"
+        err = json.loads(events[-2])["error"]
+        assert err["type"] == "server_error" and old in err["message"]
+        assert c.chat.completions.create(model="m", messages=text, max_tokens=2).choices[0].message.content
+        assert s.metrics()['phi4mm_requests_total{endpoint="/v1/chat/completions",status="500"}'] == 1
     finally:
         assert s.stop() == 0

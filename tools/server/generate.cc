@@ -3,7 +3,8 @@
 // on the HTTP thread. The writer turns engine events into SSE chunks (role chunk, content and
 // tool-call deltas, final chunk, optional usage chunk, [DONE]) or, for a non-streaming request,
 // one JSON body at the end, preceded by single spaces while the answer is far away (valid JSON
-// whitespace that also probes the connection). Every ≤50 ms it checks the connection: a client
+// whitespace that also probes the connection; an answer that fails within 250 ms gets its real
+// status instead). Every ≤50 ms it checks the connection: a client
 // that went away cancels its request in whatever phase (queued, encoding, prefilling, decoding).
 #include <ctime>
 
@@ -57,9 +58,8 @@ struct Writer {
     return Write(sink, "data: " + ErrorBody(e) + "\n\n") && Write(sink, kSseDone);
   }
 
-  // The answer is over: final chunk(s) or the whole body.
-  bool Finish(httplib::DataSink& sink) {
-    auto result = call->handle.Wait();
+  // The error an ended request answers with (ok() when it has an answer); counts a timeout.
+  ApiError FailureOf(const Result<RequestResult>& result) {
     std::string reason;
     {
       std::lock_guard<std::mutex> l(call->mu);
@@ -77,6 +77,13 @@ struct Writer {
       failure = Unavailable(reason == "shutdown" ? "the server is shutting down; the answer was cut off"
                                                  : "the request was cancelled");
     }
+    return failure;
+  }
+
+  // The answer is over: final chunk(s) or the whole body.
+  bool Finish(httplib::DataSink& sink) {
+    auto result = call->handle.Wait();
+    const ApiError failure = FailureOf(result);
     if (result.ok()) server->metrics.ObserveResult(*result);
     if (!failure.ok()) {
       if (fmt.stream) return StreamError(sink, failure);
@@ -201,6 +208,30 @@ void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, httplib:
     std::string list;
     for (const std::string& f : req.ignored_fields) list += (list.empty() ? "" : ",") + f;
     res.set_header("x-phi4mm-ignored-fields", list);
+  }
+  if (!fmt.stream) {
+    // A plain answer waits up to 250 ms for the engine before its status line goes out, so a
+    // request that fails at once (a tower that cannot load, a decoder error) gets its real status,
+    // not a 200 whose body is an error. Not longer: the connection is not watched during the wait
+    // (a client leaving is noticed once the response writer runs). A later failure can only be the
+    // body's error object.
+    const auto until = Clock::now() + std::chrono::milliseconds(250);
+    while (!call->handle.done() && Clock::now() < until) {
+      std::unique_lock<std::mutex> l(call->mu);
+      call->cv.wait_for(l, std::chrono::milliseconds(20));
+    }
+    if (call->handle.done()) {
+      const ApiError failure = writer->FailureOf(call->handle.Wait());
+      if (!failure.ok()) {
+        writer->finished = true;
+        {
+          std::lock_guard<std::mutex> l(calls_mu);
+          calls.erase(call);
+          calls_cv.notify_all();
+        }
+        return SendError(res, failure);
+      }
+    }
   }
   const char* type = fmt.stream ? "text/event-stream"
                                  : (fmt.kind == OutputFormat::kTranscription && fmt.text_only ? "text/plain; charset=utf-8"
