@@ -6,11 +6,13 @@ bytes and a 2-hour WAV over a second of samples get `image_too_large` / `audio_t
 that had started would fail on the missing data instead), quickly. 503 is shown while the model
 loads (its tokenizer file is a pipe the test fills only after checking) and while draining. 429
 is in test_overload.py, the mid-stream error event in test_timeout_*. 500 is an engine failure: an
-image request on a checkpoint whose vision tower lacks a tensor.
+image request on a checkpoint whose vision tower lacks a tensor (with --lazy-towers; by default such
+a checkpoint fails the start).
 """
 import base64
 import json
 import os
+import shutil
 import signal
 import struct
 import time
@@ -298,15 +300,13 @@ def test_503_while_draining():
 
 # --- 500 -------------------------------------------------------------------------------------------
 
-def test_500_when_the_engine_fails(tmp_path):
-    """A checkpoint whose vision tower lacks a tensor: the server starts (the tower loads on first
-    use), answers text, and an image request fails inside the engine: 500 `server_error` naming the
-    missing tensor, plainly and as an error event then [DONE] in a stream; text still works after."""
-    import shutil
-    src = phi4mm_server.model_dir()
-    folder = tmp_path / "no_patch_embedding"
-    shutil.copytree(src, folder)
-    old = "model.embed_tokens_extend.image_embed.img_processor.embeddings.patch_embedding.weight"
+MISSING = "model.embed_tokens_extend.image_embed.img_processor.embeddings.patch_embedding.weight"
+
+
+def without_patch_embedding(folder):
+    """A copy of the tiny model in `folder` whose vision tower lacks one tensor (renamed in place)."""
+    shutil.copytree(phi4mm_server.model_dir(), folder)
+    old = MISSING
     new = old[:-1] + "x"  # same length: the shard's data offsets stay valid
     for shard in folder.glob("*.safetensors"):
         raw = bytearray(shard.read_bytes())
@@ -318,7 +318,23 @@ def test_500_when_the_engine_fails(tmp_path):
     index = json.loads((folder / "model.safetensors.index.json").read_text())
     index["weight_map"][new] = index["weight_map"].pop(old)
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    s = Server(model=str(folder))
+    return folder
+
+
+def test_a_tower_that_cannot_load_fails_the_start(tmp_path):
+    """By default the towers load before /health turns 200, so a broken one stops the server with
+    its message instead of failing image requests later."""
+    s = Server(model=str(without_patch_embedding(tmp_path / "no_patch_embedding")), wait=False)
+    assert s.proc.wait(60) == 1
+    assert "loading the vision part" in s.stderr() and MISSING in s.stderr()
+
+
+def test_500_when_the_engine_fails(tmp_path):
+    """With --lazy-towers the same checkpoint serves text, and an image request fails inside the
+    engine: 500 `server_error` naming the missing tensor, plainly and as an error event then [DONE]
+    in a stream; text still works after."""
+    old = MISSING
+    s = Server("--lazy-towers", model=str(without_patch_embedding(tmp_path / "no_patch_embedding")))
     try:
         c = openai.OpenAI(base_url=s.base_url, api_key="x", max_retries=0)
         text = [{"role": "user", "content": "Hello"}]

@@ -99,6 +99,7 @@ struct ServeFlags {
   int64_t dynamic_hd = 0, max_dynamic_hd = 0, default_max_tokens = 2048;
   double request_timeout = 1800, drain_seconds = 30, sse_ping_seconds = 5;
   bool metrics_public = false;
+  bool lazy_towers = false;
   void Register(CLI::App* app);
 };
 

@@ -1,6 +1,7 @@
 // `phi4mm serve`: the OpenAI-compatible HTTP server (tools/server) over the batched engine. Binds
 // first (so /health answers 503 "Loading model" while the checkpoint loads), prints
-// "listening on http://HOST:PORT", loads, opens the API, then waits for SIGTERM/SIGINT: stop
+// "listening on http://HOST:PORT", loads (the vision and speech towers too, unless --lazy-towers),
+// opens the API, then waits for SIGTERM/SIGINT: stop
 // admitting, let running answers finish for --drain-seconds, cancel the rest, exit 0.
 #include <csignal>
 #include <cstdio>
@@ -43,6 +44,10 @@ void ServeFlags::Register(CLI::App* app) {
   app->add_option("--default-max-tokens", default_max_tokens, "New tokens when a request sets no limit")
       ->capture_default_str();
   app->add_option("--request-timeout", request_timeout, "Seconds a request may take in all")->capture_default_str();
+  app->add_flag("--lazy-towers", lazy_towers,
+                "Load the vision and speech towers on their first request instead of before serving (less memory "
+                "for text-only use; that first request then stalls every running answer while the tower loads, "
+                "and a tower that cannot load fails requests instead of the start)");
   app->add_option("--drain-seconds", drain_seconds, "Seconds running answers get to finish after SIGTERM")
       ->capture_default_str();
   app->add_option("--media-dir", media_dir, "Allow file:// image/audio URLs under this folder (off by default)");
@@ -124,6 +129,12 @@ int ServeCommand(const ServeFlags& f) {
 
   auto model = LoadModel(f.model);
   if (!model.ok()) return ReportError(model.status());
+  if (!f.lazy_towers) {
+    // Before /health turns 200: a broken tower fails the start with its message, and the first
+    // image or audio request does not load one on the engine thread while answers are running.
+    if (auto v = (*model)->vision(); !v.ok()) return ReportError(v.status());
+    if (auto a = (*model)->speech(); !a.ok()) return ReportError(a.status());
+  }
   EngineOptions eo;
   eo.max_running = f.max_running;
   eo.max_queue = f.max_queue;
