@@ -274,10 +274,15 @@ TEST(EnginePrefixCache, SecondTurnRunsNoEncoderAndPrefillsOnlyTheNewTokens) {
   auto r1 = RunOne(*engine, t0.first, media, 4);
   ASSERT_TRUE(r1.ok()) << r1.status().ToString();
   EXPECT_EQ(r1->images_encoded, 1);
+  ASSERT_EQ(r1->image_encode_seconds.size(), 1u);  // one timed encoder run, no audio
+  EXPECT_GT(r1->image_encode_seconds[0], 0.0);
+  EXPECT_LE(r1->image_encode_seconds[0], r1->total_seconds);
+  EXPECT_TRUE(r1->audio_encode_seconds.empty());
   const Turns t = ImageChat(r1->generation.text);
   auto r2 = RunOne(*engine, t.second, media, 4);
   ASSERT_TRUE(r2.ok()) << r2.status().ToString();
   EXPECT_EQ(r2->images_encoded, 0);
+  EXPECT_TRUE(r2->image_encode_seconds.empty());
   // At least the whole first prompt came from the cache; only the rest was prefilled.
   EXPECT_GE(r2->cached_prompt_tokens, r1->count.total_tokens);
   EXPECT_EQ(r2->generation.prompt_tokens, r2->count.total_tokens - r2->cached_prompt_tokens);

@@ -47,7 +47,8 @@ def test_greedy_answer_equals_phi4mm_run(client, mix):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
 
 
-def test_flac_and_audio_url_data_uri(client):
+def test_flac_and_audio_url_data_uri(client, server):
+    before = server.metrics()
     want_flac = run_cli("What do you hear?", [], [FLAC], 12)
     r = answer(client, [audio_part(FLAC), text_part("What do you hear?")], 12)
     assert r.choices[0].message.content == want_flac
@@ -58,6 +59,12 @@ def test_flac_and_audio_url_data_uri(client):
     # The declared format loses to the bytes: flac bytes declared as wav decode as flac.
     r = answer(client, [audio_part(FLAC, "wav"), text_part("What do you hear?")], 12)
     assert r.choices[0].message.content == want_flac
+    # Every speech-encoder run is one observation of the audio encode-time histogram.
+    after = server.metrics()
+    runs = after["phi4mm_audios_encoded_total"] - before["phi4mm_audios_encoded_total"]
+    assert runs >= 1
+    assert after["phi4mm_audio_encode_seconds_count"] - before["phi4mm_audio_encode_seconds_count"] == runs
+    assert after["phi4mm_audio_encode_seconds_sum"] > before["phi4mm_audio_encode_seconds_sum"]
 
 
 @pytest.mark.parametrize("part,param", [
@@ -85,6 +92,9 @@ def test_multi_turn_with_an_image_hits_the_media_cache(wide_client, wide_server,
     a1 = r1.choices[0].message.content
     assert a1 == run_cli("What is this?", [IMAGE], [], 12, model=wide_model)
     m1 = wide_server.metrics()
+    # Every encoder run is one observation of the encode-time histogram.
+    assert m1["phi4mm_image_encode_seconds_count"] == m1["phi4mm_images_encoded_total"] >= 1
+    assert m1["phi4mm_image_encode_seconds_sum"] > 0
 
     turn2 = turn1 + [{"role": "assistant", "content": a1}, {"role": "user", "content": "Tell me more."}]
     r2 = wide_client.chat.completions.create(model="m", messages=turn2, max_tokens=12, temperature=0)
@@ -107,5 +117,6 @@ def test_multi_turn_with_an_image_hits_the_media_cache(wide_client, wide_server,
     assert r3.usage.prompt_tokens_details.cached_tokens == 0
     assert m3["phi4mm_images_encoded_total"] == m1["phi4mm_images_encoded_total"]
     assert m3["phi4mm_media_cache_hits_total"] == m2["phi4mm_media_cache_hits_total"] + 1
+    assert m3["phi4mm_image_encode_seconds_count"] == m1["phi4mm_image_encode_seconds_count"]
     assert r3.choices[0].message.content == run_cli("<|system|>Be brief.<|end|>" + raw, [IMAGE], [], 12,
                                                     extra=["--raw"], model=wide_model)

@@ -66,7 +66,13 @@ void Histogram::Render(const std::string& name, const std::string& help, std::st
   Line(out, name + "_count", "", static_cast<double>(n_));
 }
 
-Metrics::Metrics() : ttft_(kLatencyBuckets), itl_(kItlBuckets), e2e_(kLatencyBuckets), queue_(kLatencyBuckets) {}
+Metrics::Metrics()
+    : ttft_(kLatencyBuckets),
+      itl_(kItlBuckets),
+      e2e_(kLatencyBuckets),
+      queue_(kLatencyBuckets),
+      image_encode_(kLatencyBuckets),
+      audio_encode_(kLatencyBuckets) {}
 
 void Metrics::CountRequest(const std::string& endpoint, int status) {
   std::lock_guard<std::mutex> l(mu_);
@@ -96,6 +102,8 @@ void Metrics::ObserveResult(const RequestResult& r) {
   if (!r.generation.tokens.empty()) ttft_.Observe(r.time_to_first_token);
   e2e_.Observe(r.total_seconds);
   queue_.Observe(r.queue_seconds);
+  for (double s : r.image_encode_seconds) image_encode_.Observe(s);
+  for (double s : r.audio_encode_seconds) audio_encode_.Observe(s);
 }
 
 void Metrics::ObserveInterToken(double seconds) {
@@ -133,6 +141,10 @@ std::string Metrics::Render(const BuildInfo& b, const EngineStats* e) const {
   itl_.Render("phi4mm_inter_token_latency_seconds", "Time between two generated tokens of one request.", &out);
   e2e_.Render("phi4mm_e2e_request_latency_seconds", "Time from submission to the end of the answer.", &out);
   queue_.Render("phi4mm_queue_time_seconds", "Time a request waited for admission.", &out);
+  image_encode_.Render("phi4mm_image_encode_seconds",
+                       "Engine time of one image's vision encoding (not served from the media cache).", &out);
+  audio_encode_.Render("phi4mm_audio_encode_seconds",
+                       "Engine time of one audio clip's speech encoding (not served from the media cache).", &out);
   if (e) {
     Single(&out, "phi4mm_requests_running", "gauge", "Requests in the batch.", static_cast<double>(e->running));
     Single(&out, "phi4mm_requests_waiting", "gauge", "Requests waiting for admission.", static_cast<double>(e->waiting));

@@ -48,7 +48,7 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, uint64_t> rejected_, cancelled_;
   uint64_t prompt_text_ = 0, prompt_image_ = 0, prompt_audio_ = 0, generated_ = 0, cached_ = 0;
-  Histogram ttft_, itl_, e2e_, queue_;
+  Histogram ttft_, itl_, e2e_, queue_, image_encode_, audio_encode_;
 };
 
 // Resident set size of this process in bytes (0 when /proc is not readable).

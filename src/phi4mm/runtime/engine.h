@@ -71,6 +71,9 @@ struct RequestResult {
   PromptCount count;                 // prompt tokens by kind
   int64_t cached_prompt_tokens = 0;  // prompt positions reused from the prefix cache
   int64_t images_encoded = 0, audios_encoded = 0;  // encoder runs (not served from the media cache)
+  // Engine-thread seconds each of those runs took (its slices summed, the interleaved decoder
+  // steps left out), in the order they finished.
+  std::vector<double> image_encode_seconds, audio_encode_seconds;
   double queue_seconds = 0, time_to_first_token = 0, total_seconds = 0;
 };
 

@@ -54,6 +54,7 @@ struct Seq {
   // Encoder work still to do for this request: (kind, index) in order, and the running job.
   std::deque<std::pair<int8_t, int32_t>> to_encode;
   std::variant<std::monostate, VisionEncodeJob, SpeechEncodeJob> job;
+  double job_seconds = 0;  // engine-thread time the running job's slices took so far
   std::optional<Sampler> sampler;
   std::optional<AnswerStream> answer;
   std::vector<int32_t> stop_ids;

@@ -122,6 +122,7 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
       return true;
     };
     const auto [kind, idx] = s.to_encode.front();
+    const Clock::time_point slice_start = Clock::now();
     MediaCache::Features done;
     if (kind == 1) {
       const std::string what = "image " + std::to_string(idx + 1);
@@ -152,6 +153,7 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
         auto job = (*speech)->StartEncode(s.prompt.audios[idx], s.prompt.audio_with_image, m.pool());
         if (!job.ok()) return fail(job.status(), what);
         s.job = std::move(job).value();
+        s.job_seconds += Seconds(slice_start, Clock::now());
         return true;  // the front (subsampling) was this slice
       }
       auto& job = std::get<SpeechEncodeJob>(s.job);
@@ -167,7 +169,10 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
         done = s.audio_feat[idx] = *f;
       }
     }
+    s.job_seconds += Seconds(slice_start, Clock::now());
     if (done) {
+      (kind == 1 ? s.result.image_encode_seconds : s.result.audio_encode_seconds).push_back(s.job_seconds);
+      s.job_seconds = 0;
       s.job = std::monostate();
       s.to_encode.pop_front();
       if (s.to_encode.empty()) s.phase = Phase::kPrefilling;
