@@ -95,6 +95,8 @@ def test_multi_turn_with_an_image_hits_the_media_cache(wide_client, wide_server,
     # Every encoder run is one observation of the encode-time histogram.
     assert m1["phi4mm_image_encode_seconds_count"] == m1["phi4mm_images_encoded_total"] >= 1
     assert m1["phi4mm_image_encode_seconds_sum"] > 0
+    # Its prompt ran in the vision LoRA mode.
+    assert m1['phi4mm_batch_rows_total{lora_mode="vision"}'] >= r1.usage.prompt_tokens
 
     turn2 = turn1 + [{"role": "assistant", "content": a1}, {"role": "user", "content": "Tell me more."}]
     r2 = wide_client.chat.completions.create(model="m", messages=turn2, max_tokens=12, temperature=0)

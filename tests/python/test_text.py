@@ -114,6 +114,15 @@ def test_models_health_metrics(client, server, model_name):
     assert client.models.retrieve(model_name).id == model_name
     status, _, raw = server.request("GET", "/health")
     assert status == 200 and json.loads(raw) == {"status": "ok"}
+    client.chat.completions.create(model="m", messages=HELLO, max_tokens=2, temperature=0)
     m = server.metrics()
     assert m['phi4mm_requests_total{endpoint="/v1/models",status="200"}'] >= 1
     assert m["process_resident_memory_bytes"] > 0 and m["phi4mm_kv_budget_bytes"] > 0
+    # The engine's rows: split by LoRA mode they add up to prompt + decode rows; the rows-per-step
+    # histogram counts every step once and sums to the same rows.
+    by_mode = [m[f'phi4mm_batch_rows_total{{lora_mode="{k}"}}'] for k in ("none", "vision", "speech")]
+    rows = m["phi4mm_prefill_rows_total"] + m["phi4mm_decode_rows_total"]
+    assert by_mode[0] > 0 and sum(by_mode) == rows
+    assert m["phi4mm_batch_rows_count"] == m["phi4mm_engine_steps_total"] == m['phi4mm_batch_rows_bucket{le="+Inf"}']
+    assert m["phi4mm_batch_rows_sum"] == rows
+    assert m['phi4mm_batch_rows_bucket{le="1"}'] <= m['phi4mm_batch_rows_bucket{le="512"}'] <= m["phi4mm_batch_rows_count"]

@@ -152,7 +152,21 @@ std::string Metrics::Render(const BuildInfo& b, const EngineStats* e) const {
            static_cast<double>(e->kv_reserved_bytes));
     Single(&out, "phi4mm_kv_budget_bytes", "gauge", "The KV cache budget.", static_cast<double>(e->kv_budget_bytes));
     Single(&out, "phi4mm_engine_steps_total", "counter", "Batched decoder steps.", static_cast<double>(e->steps));
-    Single(&out, "phi4mm_batch_rows_total", "counter", "Rows over all decoder steps.", static_cast<double>(e->batch_rows));
+    Header(&out, "phi4mm_batch_rows_total", "counter", "Rows over all decoder steps, by the LoRA mode they ran in.");
+    for (size_t i = 0; i < e->rows_by_mode.size(); ++i)
+      Line(&out, "phi4mm_batch_rows_total",
+           std::string("lora_mode=\"") + LoraModeName(static_cast<LoraMode>(i)) + "\"",
+           static_cast<double>(e->rows_by_mode[i]));
+    Header(&out, "phi4mm_batch_rows", "histogram", "Rows per decoder step (decode rows and prompt chunks together).");
+    int64_t cum = 0;
+    for (size_t i = 0; i < EngineStats::kStepRowBounds.size(); ++i) {
+      cum += e->step_rows[i];
+      Line(&out, "phi4mm_batch_rows_bucket", "le=\"" + Num(static_cast<double>(EngineStats::kStepRowBounds[i])) + "\"",
+           static_cast<double>(cum));
+    }
+    Line(&out, "phi4mm_batch_rows_bucket", "le=\"+Inf\"", static_cast<double>(e->steps));
+    Line(&out, "phi4mm_batch_rows_sum", "", static_cast<double>(e->batch_rows));
+    Line(&out, "phi4mm_batch_rows_count", "", static_cast<double>(e->steps));
     Single(&out, "phi4mm_prefill_rows_total", "counter", "Prompt rows over all decoder steps.",
            static_cast<double>(e->prefill_rows));
     Single(&out, "phi4mm_decode_rows_total", "counter", "Decode rows over all decoder steps.",

@@ -16,6 +16,7 @@
 // the only user of its model's thread pool.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -100,6 +101,11 @@ struct EngineStats {
   int64_t running = 0, waiting = 0;
   int64_t kv_reserved_bytes = 0, kv_budget_bytes = 0;
   int64_t steps = 0, batch_rows = 0, prefill_rows = 0, decode_rows = 0;
+  std::array<int64_t, 3> rows_by_mode{};  // batch rows by LoRA mode, in LoraMode order (none, vision, speech)
+  // Decoder steps by rows: step_rows[i] counts the steps of at most kStepRowBounds[i] rows and more
+  // than the bound before it; the last entry, the steps of more rows than the largest bound.
+  static constexpr std::array<int64_t, 10> kStepRowBounds = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+  std::array<int64_t, kStepRowBounds.size() + 1> step_rows{};
   int64_t vision_crops = 0, speech_blocks = 0, images_encoded = 0, audios_encoded = 0;
   int64_t finished = 0, cancelled = 0, expired = 0, refused = 0;
   PrefixCacheStats prefix;

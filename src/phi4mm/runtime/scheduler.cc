@@ -259,6 +259,7 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   st.hidden.resize(static_cast<size_t>(with_logits * H));
   std::vector<SeqChunk> chunks;
   std::vector<const float*> overrides;
+  std::array<int64_t, 3> mode_rows{};
   int64_t off = 0, li = 0;
   for (const Rows& r : rows) {
     Seq& s = *r.s;
@@ -277,6 +278,7 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
       continue;
     }
     chunks.push_back({e, r.n, &s.cache, s.prompt.mode, s.long_rope, r.logits ? st.hidden.data() + li * H : nullptr});
+    mode_rows[static_cast<size_t>(s.prompt.mode)] += r.n;
     li += r.logits;
     off += r.n;
   }
@@ -298,6 +300,9 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   std::lock_guard<std::mutex> l(st.mu);
   ++st.counters.steps;
   st.counters.batch_rows += R;
+  for (size_t i = 0; i < mode_rows.size(); ++i) st.counters.rows_by_mode[i] += mode_rows[i];
+  const auto& bounds = EngineStats::kStepRowBounds;
+  st.counters.step_rows[static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), R) - bounds.begin())] += 1;
   st.counters.prefill_rows += prefill;
   st.counters.decode_rows += R - prefill;
   return true;
