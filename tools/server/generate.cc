@@ -215,20 +215,11 @@ void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, httplib:
     // not a 200 whose body is an error. Not longer: the connection is not watched during the wait
     // (a client leaving is noticed once the response writer runs). A later failure can only be the
     // body's error object.
-    const auto until = Clock::now() + std::chrono::milliseconds(250);
-    while (!call->handle.done() && Clock::now() < until) {
-      std::unique_lock<std::mutex> l(call->mu);
-      call->cv.wait_for(l, std::chrono::milliseconds(20));
-    }
-    if (call->handle.done()) {
+    if (call->handle.WaitFor(std::chrono::milliseconds(250))) {
       const ApiError failure = writer->FailureOf(call->handle.Wait());
       if (!failure.ok()) {
         writer->finished = true;
-        {
-          std::lock_guard<std::mutex> l(calls_mu);
-          calls.erase(call);
-          calls_cv.notify_all();
-        }
+        EndCall(call);
         return SendError(res, failure);
       }
     }
@@ -241,10 +232,14 @@ void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, httplib:
       type, [writer](size_t, httplib::DataSink& sink) { return writer->Run(sink); },
       [this, writer](bool) {
         if (!writer->finished) writer->call->Cancel("disconnect");
-        std::lock_guard<std::mutex> l(calls_mu);
-        calls.erase(writer->call);
-        calls_cv.notify_all();
+        EndCall(writer->call);
       });
+}
+
+void Server::Impl::EndCall(const std::shared_ptr<Call>& call) {
+  std::lock_guard<std::mutex> l(calls_mu);
+  calls.erase(call);
+  calls_cv.notify_all();
 }
 
 }  // namespace phi4mm::server

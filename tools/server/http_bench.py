@@ -23,14 +23,15 @@ import base64
 import http.client
 import json
 import os
-import re
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import zlib
+
+# The tests' server runner: starts `phi4mm serve` on 127.0.0.1:<ephemeral>, waits for /health.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "python"))
+import phi4mm_server  # noqa: E402
 
 FILLER = ("The quick brown fox jumps over the lazy dog while the five boxing wizards jump quickly; "
           "pack my box with five dozen liquor jugs and sphinx of black quartz, judge my vow. ")
@@ -46,46 +47,6 @@ def png(size):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)) +
             chunk(b"IDAT", zlib.compress(rows, 6)) + chunk(b"IEND", b""))
-
-
-class Server:
-    def __init__(self, binary, model, threads, extra):
-        self.out = tempfile.NamedTemporaryFile(prefix="phi4mm-bench-", suffix=".out", delete=False)
-        self.err = tempfile.NamedTemporaryFile(prefix="phi4mm-bench-", suffix=".err", delete=False)
-        cmd = [binary, "serve", "-m", model, "-t", str(threads), "--host", "127.0.0.1", "--port", "0", *extra]
-        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, stdin=subprocess.DEVNULL)
-        end = time.monotonic() + 600
-        self.port = None
-        while time.monotonic() < end and self.port is None:
-            with open(self.out.name) as f:
-                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", f.read())
-            if m:
-                self.port = int(m.group(1))
-            elif self.proc.poll() is not None:
-                sys.exit(f"phi4mm serve exited with {self.proc.returncode}: {open(self.err.name).read()}")
-            else:
-                time.sleep(0.05)
-        while time.monotonic() < end:
-            try:
-                if self.request("GET", "/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        sys.exit("phi4mm serve did not become healthy in 600 s")
-
-    def request(self, method, path, body=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
-        c.request(method, path, body=json.dumps(body) if body is not None else None,
-                  headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, data
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=120)
 
 
 class Stream(threading.Thread):
@@ -159,7 +120,7 @@ def fit_words(server, target):
     """The filler length whose chat prompt costs about `target` tokens (/input_tokens)."""
     words = target
     for _ in range(4):
-        status, data = server.request("POST", "/v1/chat/completions/input_tokens", {
+        status, _, data = server.request("POST", "/v1/chat/completions/input_tokens", {
             "model": "phi4mm", "messages": [{"role": "user", "content": prompt_for(0, words)}]})
         if status != 200:
             sys.exit(f"/input_tokens answered {status}: {data[:300]!r}")
@@ -236,7 +197,8 @@ def main():
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("serve_args", nargs="*", help="more `phi4mm serve` flags (after --)")
     a = ap.parse_args()
-    server = Server(a.phi4mm, a.model, a.threads, a.serve_args)
+    os.environ["PHI4MM_BIN"] = a.phi4mm
+    server = phi4mm_server.Server("-t", str(a.threads), *a.serve_args, model=a.model, ready_timeout=600)
     try:
         words, tokens = fit_words(server, a.prompt_tokens)
         print(f"prompt: {tokens} tokens; decode {a.decode_tokens} tokens per stream; {a.threads} threads")

@@ -54,6 +54,15 @@ void Histogram::Observe(double v) {
   ++n_;
 }
 
+Histogram Histogram::FromCounts(std::vector<double> bounds, std::vector<uint64_t> counts, double sum) {
+  Histogram h(std::move(bounds));
+  h.counts_ = std::move(counts);
+  h.counts_.resize(h.bounds_.size() + 1, 0);
+  for (uint64_t c : h.counts_) h.n_ += c;
+  h.sum_ = sum;
+  return h;
+}
+
 void Histogram::Render(const std::string& name, const std::string& help, std::string* out) const {
   Header(out, name, "histogram", help);
   uint64_t cum = 0;
@@ -157,16 +166,9 @@ std::string Metrics::Render(const BuildInfo& b, const EngineStats* e) const {
       Line(&out, "phi4mm_batch_rows_total",
            std::string("lora_mode=\"") + LoraModeName(static_cast<LoraMode>(i)) + "\"",
            static_cast<double>(e->rows_by_mode[i]));
-    Header(&out, "phi4mm_batch_rows", "histogram", "Rows per decoder step (decode rows and prompt chunks together).");
-    int64_t cum = 0;
-    for (size_t i = 0; i < EngineStats::kStepRowBounds.size(); ++i) {
-      cum += e->step_rows[i];
-      Line(&out, "phi4mm_batch_rows_bucket", "le=\"" + Num(static_cast<double>(EngineStats::kStepRowBounds[i])) + "\"",
-           static_cast<double>(cum));
-    }
-    Line(&out, "phi4mm_batch_rows_bucket", "le=\"+Inf\"", static_cast<double>(e->steps));
-    Line(&out, "phi4mm_batch_rows_sum", "", static_cast<double>(e->batch_rows));
-    Line(&out, "phi4mm_batch_rows_count", "", static_cast<double>(e->steps));
+    Histogram::FromCounts({EngineStats::kStepRowBounds.begin(), EngineStats::kStepRowBounds.end()},
+                          {e->step_rows.begin(), e->step_rows.end()}, static_cast<double>(e->batch_rows))
+        .Render("phi4mm_batch_rows", "Rows per decoder step (decode rows and prompt chunks together).", &out);
     Single(&out, "phi4mm_prefill_rows_total", "counter", "Prompt rows over all decoder steps.",
            static_cast<double>(e->prefill_rows));
     Single(&out, "phi4mm_decode_rows_total", "counter", "Decode rows over all decoder steps.",

@@ -18,6 +18,8 @@ namespace phi4mm::server {
 class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+  // One counted elsewhere: counts per bucket (not cumulative, the last for +Inf) and their sum.
+  static Histogram FromCounts(std::vector<double> bounds, std::vector<uint64_t> counts, double sum);
   void Observe(double v);
   void Render(const std::string& name, const std::string& help, std::string* out) const;
 

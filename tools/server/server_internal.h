@@ -74,6 +74,8 @@ struct Server::Impl {
   // Submits the request and installs the response writer; errors before admission are answered
   // with their status.
   void Generate(ParsedRequest req, const OutputFormat& fmt, httplib::Response& res);
+  // The call's response is over (sent, or its client gone): Drain stops waiting on it.
+  void EndCall(const std::shared_ptr<Call>& call);
 };
 
 void InstallChatRoutes(Server::Impl& s);

@@ -44,6 +44,12 @@ bool RequestHandle::done() const {
   return s_->done;
 }
 
+bool RequestHandle::WaitFor(std::chrono::milliseconds timeout) const {
+  if (!s_) return true;
+  std::unique_lock<std::mutex> l(s_->mu);
+  return s_->cv.wait_for(l, timeout, [&] { return s_->done; });
+}
+
 Result<RequestResult> RequestHandle::Wait() {
   if (!s_) return InvalidArgument("waiting on an empty request handle");
   std::unique_lock<std::mutex> l(s_->mu);

@@ -86,6 +86,8 @@ class RequestHandle {
   // Ends the request within one engine step, whatever its phase; its answer so far is kept.
   void Cancel();
   bool done() const;
+  // Blocks until the request has ended or `timeout` has passed; true when it has ended.
+  bool WaitFor(std::chrono::milliseconds timeout) const;
   // Blocks until the request has ended. An error (a failing encoder, say) is returned as a Status.
   Result<RequestResult> Wait();
 
