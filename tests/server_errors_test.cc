@@ -224,6 +224,7 @@ TEST(ServerErrors, OverloadIsAnswered429WithRetryAfter) {
   EngineOptions eo;
   eo.max_running = 1;
   eo.max_queue = 1;
+  eo.after_step = [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); };  // no answer ends before all four arrive
   auto s = StartTestServer({}, eo);
   std::vector<HttpResult> results(4);
   std::vector<std::thread> threads;
@@ -269,6 +270,10 @@ TEST(ServerErrors, DisconnectCancelsWhileStreaming) {
 TEST(ServerErrors, DisconnectCancelsAQueuedAndANonStreamingRequest) {
   EngineOptions eo;
   eo.max_running = 1;
+  // 10 ms a step keeps the first request in its slot for seconds: on the fixture it would
+  // otherwise finish its 400 tokens in well under a second, and the queued one would start
+  // running before its client leaves.
+  eo.after_step = [] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); };
   auto s = StartTestServer({}, eo);
   // The first request occupies the only running slot...
   const int busy = RawConnect(s.port, RawPost("/v1/chat/completions", LongBody(400, true).dump()));

@@ -44,6 +44,9 @@ struct EngineOptions {
   // on 2 cores), Conformer blocks of one clip.
   int64_t vision_layers_per_slice = 2;
   int64_t speech_blocks_per_slice = 1;
+  // Engine thread, after each turn of the loop that ran an encoder slice or a decoder step
+  // (tests use it to slow the engine down and hold a request in its slot; tracing).
+  std::function<void()> after_step;
 };
 
 // What a request streams: final answer text as it becomes final (possibly empty), with the token

@@ -350,6 +350,7 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
     bool worked = EncodeSlice(m, o, st);
     worked = RunStep(m, o, st) || worked;
     Reap(st, st.waiting, st.running);
+    if (worked && o.after_step) o.after_step();
     if (!worked) {
       std::unique_lock<std::mutex> l(st.mu);
       st.cv.wait_for(l, std::chrono::milliseconds(20), [&] { return st.stop || st.nudged || !st.incoming.empty(); });
