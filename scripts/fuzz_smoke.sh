@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Fuzz smoke test for CI: builds every libFuzzer target (fuzz/*_fuzz.cc) with clang, ASan and UBSan
-# into build-fuzz/, then runs each for N seconds (first argument, default 30) on a temporary copy of
+# into build-fuzz/ (or $PHI4MM_FUZZ_BUILD), then runs each for N seconds (first argument, default 30) on a temporary copy of
 # its seed corpus fuzz/corpus/<name>/ (name = target without "_fuzz"). Exits non-zero if the build
 # fails or any target crashes, leaks or trips a sanitizer; crash inputs are kept in build-fuzz/artifacts/.
 set -euo pipefail
 secs="${1:-30}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$root/build-fuzz"
+# PHI4MM_FUZZ_BUILD names a tree already configured with -DPHI4MM_FUZZ=ON and the sanitizers (CI
+# shares its sanitizer tree this way); by default build-fuzz/ is configured here.
+build="${PHI4MM_FUZZ_BUILD:-$root/build-fuzz}"
 
-CC="${CC:-clang}" CXX="${CXX:-clang++}" cmake -S "$root" -B "$build" -G Ninja -DPHI4MM_FUZZ=ON \
-  -DPHI4MM_SANITIZE=address,undefined -DPHI4MM_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+if [ -z "${PHI4MM_FUZZ_BUILD:-}" ]; then
+  CC="${CC:-clang}" CXX="${CXX:-clang++}" cmake -S "$root" -B "$build" -G Ninja -DPHI4MM_FUZZ=ON \
+    -DPHI4MM_SANITIZE=address,undefined -DPHI4MM_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+elif ! grep -q '^PHI4MM_FUZZ:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  echo "PHI4MM_FUZZ_BUILD=$build is not a tree configured with -DPHI4MM_FUZZ=ON"
+  exit 1
+fi
 targets=()
 for src in "$root"/fuzz/*_fuzz.cc; do targets+=("$(basename "$src" .cc)"); done
 ninja -C "$build" "${targets[@]}"

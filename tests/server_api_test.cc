@@ -155,13 +155,13 @@ INSTANTIATE_TEST_SUITE_P(Modalities, ServerMatchesRun,
 TEST(ServerApi, SecondTurnResendingTheImageDoesNotEncodeItAgain) {
   auto& s = Shared();
   // A one-crop image (481 of the tiny model's 512 positions) and short turns.
-  Json turn1 = {UserParts("What?", {"images/tiny_5x7.png"}, {})};
+  std::vector<Json> turn1 = {UserParts("What?", {"images/tiny_5x7.png"}, {})};
   auto r1 = Post(s.port, "/v1/chat/completions", ChatBody(turn1, 2).dump());
   ASSERT_EQ(r1.status, 200) << r1.body;
   const std::string m1 = Get(s.port, "/metrics").body;
   const double encoded = MetricValue(m1, "phi4mm_images_encoded_total");
   ASSERT_GE(encoded, 1);
-  Json turn2 = turn1;
+  std::vector<Json> turn2 = turn1;
   turn2.push_back({{"role", "assistant"}, {"content", r1.json()["choices"][0]["message"]["content"]}});
   turn2.push_back(TextMessage("Why?"));
   auto r2 = Post(s.port, "/v1/chat/completions", ChatBody(turn2, 2).dump());

@@ -136,8 +136,11 @@ inline std::string DataUri(const std::string& mime, const std::string& fixture_r
 
 inline Json TextMessage(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
 
-inline Json ChatBody(Json messages, int max_tokens) {
-  return {{"model", "tiny"}, {"messages", std::move(messages)}, {"max_tokens", max_tokens}, {"temperature", 0}};
+// `messages` is a vector, not a Json: `Json m = {one_json_value}` is a copy of that value with
+// clang but a one-element array with gcc (the initializer-list rules differ), so a one-message
+// list written in braces must not become a Json directly.
+inline Json ChatBody(std::vector<Json> messages, int max_tokens) {
+  return {{"model", "tiny"}, {"messages", Json(std::move(messages))}, {"max_tokens", max_tokens}, {"temperature", 0}};
 }
 
 // Connects to the server, sends `request` raw; returns the socket (or -1).

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -436,6 +437,56 @@ TEST(TokenizerTest, MalformedTokenizerJsonGivesClearErrors) {
   j = TinyTokenizer();
   j["added_tokens"][0].erase("content");
   ExpectLoadError(j, StatusCode::kInvalidArgument, "added_tokens");
+}
+
+// The streaming reader keeps model.vocab and model.merges out of the JSON tree; these are the
+// shapes a tree would have shown the loader and the reader must classify the same way.
+TEST(TokenizerTest, StreamedTablesClassifyOddEntriesAsATreeWould) {
+  json j = TinyTokenizer();
+  j["model"]["vocab"]["a"] = json::array({1});
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "non-integer id");
+  j = TinyTokenizer();
+  j["model"]["vocab"]["a"] = {{"id", 1}};
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "non-integer id");
+  j = TinyTokenizer();
+  j["model"]["vocab"]["a"] = 1.5;
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "non-integer id");
+  j = TinyTokenizer();
+  j["model"]["vocab"]["a"] = std::numeric_limits<uint64_t>::max();
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "outside");
+  for (const json& bad : {json::array({"h", json::array({"e"})}), json::array({"h", "e", "l"}), json::array({"h"}),
+                          json({{"h", "e"}}), json(7), json(nullptr)}) {
+    j = TinyTokenizer();
+    j["model"]["merges"].push_back(bad);
+    ExpectLoadError(j, StatusCode::kInvalidArgument, "merge #2 is neither");
+  }
+  j = TinyTokenizer();
+  j["model"]["vocab"] = json::array();
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "model.vocab is missing or not an object");
+  j = TinyTokenizer();
+  j["model"]["merges"] = json::object();
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "model.merges is missing or not an array");
+  j = TinyTokenizer();
+  j["model"]["vocab"] = json::object();
+  ExpectLoadError(j, StatusCode::kInvalidArgument, "model.vocab is empty");
+
+  // A key written twice: a JSON tree keeps the last value; so does the reader, for the tables too.
+  const std::string good = TinyTokenizer().dump();
+  ASSERT_TRUE(LoadStatus(good).ok());
+  const std::string first = TinyTokenizer()["model"].dump();
+  json broken_model = TinyTokenizer()["model"];
+  broken_model["vocab"] = {{"a", 0}};
+  const std::string twice = "{\"model\": " + broken_model.dump() + ", " + good.substr(1);
+  EXPECT_TRUE(LoadStatus(twice).ok()) << LoadStatus(twice).ToString();
+  const std::string twice_bad = "{\"model\": " + first + ", " + good.substr(1, good.size() - 2) + ", \"model\": " +
+                                broken_model.dump() + "}";
+  const Status st = LoadStatus(twice_bad);
+  EXPECT_NE(st.message().find("has no token for byte 0x"), std::string::npos) << st.ToString();
+  // A key "vocab" or "merges" elsewhere is an ordinary part of the tree.
+  j = TinyTokenizer();
+  j["decoder"]["vocab"] = {{"x", 1}};
+  j["pre_tokenizer"]["merges"] = json::array({"a b"});
+  EXPECT_TRUE(LoadStatus(j.dump()).ok()) << LoadStatus(j.dump()).ToString();
 }
 
 TEST(TokenizerTest, MalformedConfigAndMissingDir) {

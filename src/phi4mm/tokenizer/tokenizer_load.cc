@@ -12,6 +12,7 @@
 #include "phi4mm/base/file_map.h"
 #include "phi4mm/tokenizer/regex_splitter.h"
 #include "phi4mm/tokenizer/tokenizer.h"
+#include "phi4mm/tokenizer/tokenizer_json.h"
 #include "phi4mm/tokenizer/utf8.h"
 
 namespace phi4mm {
@@ -111,7 +112,8 @@ class TokenizerLoader {
 
  private:
   static Status LoadModel(const std::string& text, const std::string& name, Tokenizer* tok) {
-    PHI4MM_ASSIGN_OR_RETURN(json root, ParseJson(text, name));
+    PHI4MM_ASSIGN_OR_RETURN(TokenizerJson file, ParseTokenizerJson(text, name));
+    const json& root = file.root;
     if (!root.is_object()) return InvalidArgument(name + ": top level is not a JSON object");
     if (!root.contains("model") || !root["model"].is_object()) {
       return InvalidArgument(name + ": missing \"model\" object; is this a Hugging Face tokenizer.json?");
@@ -127,32 +129,31 @@ class TokenizerLoader {
       }
     }
     tok->ignore_merges_ = FlagOr(model, "ignore_merges", false);
-    PHI4MM_RETURN_IF_ERROR(LoadVocab(model, name, tok));
-    PHI4MM_RETURN_IF_ERROR(LoadMerges(model, name, tok));
+    PHI4MM_RETURN_IF_ERROR(LoadVocab(model, file.vocab, name, tok));
+    PHI4MM_RETURN_IF_ERROR(LoadMerges(model, file.merges, name, tok));
     PHI4MM_RETURN_IF_ERROR(LoadAddedTokens(root, name, tok));
     PHI4MM_RETURN_IF_ERROR(CheckNormalizerAndDecoder(root, name));
     return LoadPreTokenizer(root, name, tok);
   }
 
-  static Status LoadVocab(const json& model, const std::string& name, Tokenizer* tok) {
+  // `model.vocab` in the tree is only checked for presence and type; its entries are `vocab`.
+  static Status LoadVocab(const json& model, const std::vector<TokenizerJson::VocabEntry>& vocab,
+                          const std::string& name, Tokenizer* tok) {
     if (!model.contains("vocab") || !model["vocab"].is_object()) {
       return InvalidArgument(name + ": model.vocab is missing or not an object");
     }
-    const json& vocab = model["vocab"];
     if (vocab.empty()) return InvalidArgument(name + ": model.vocab is empty");
     std::string bytes;
     tok->bytes_to_id_.reserve(vocab.size());
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-      if (!it.value().is_number_integer()) {
-        return InvalidArgument(name + ": vocab entry " + Quote(it.key()) + " has a non-integer id");
-      }
-      const int64_t id = it.value().get<int64_t>();
+    for (const TokenizerJson::VocabEntry& e : vocab) {
+      if (!e.integer) return InvalidArgument(name + ": vocab entry " + Quote(e.token) + " has a non-integer id");
+      const int64_t id = e.id;
       if (id < 0 || id > kMaxTokenId) {
-        return InvalidArgument(name + ": vocab entry " + Quote(it.key()) + " has id " + std::to_string(id) +
+        return InvalidArgument(name + ": vocab entry " + Quote(e.token) + " has id " + std::to_string(id) +
                                ", outside 0.." + std::to_string(kMaxTokenId));
       }
-      if (!ByteLevelToBytes(it.key(), &bytes)) {
-        return InvalidArgument(name + ": vocab entry " + Quote(it.key()) +
+      if (!ByteLevelToBytes(e.token, &bytes)) {
+        return InvalidArgument(name + ": vocab entry " + Quote(e.token) +
                                " has a character outside the byte-level alphabet; not a byte-level BPE");
       }
       const auto uid = static_cast<size_t>(id);
@@ -164,8 +165,10 @@ class TokenizerLoader {
         return InvalidArgument(name + ": duplicate id " + std::to_string(id) + " in model.vocab");
       }
       if (bytes.empty()) return InvalidArgument(name + ": vocab entry with id " + std::to_string(id) + " is empty");
+      if (!tok->bytes_to_id_.emplace(bytes, static_cast<int32_t>(id)).second) {
+        return InvalidArgument(name + ": vocab entry " + Quote(e.token) + " appears twice in model.vocab");
+      }
       tok->id_to_bytes_[uid] = bytes;
-      tok->bytes_to_id_.emplace(bytes, static_cast<int32_t>(id));
     }
     for (int b = 0; b < 256; ++b) {
       auto it = tok->bytes_to_id_.find(std::string(1, static_cast<char>(b)));
@@ -180,42 +183,44 @@ class TokenizerLoader {
     return Status::Ok();
   }
 
-  static Status LoadMerges(const json& model, const std::string& name, Tokenizer* tok) {
+  // Like LoadVocab: `model.merges` in the tree is empty; its entries are `merges`.
+  static Status LoadMerges(const json& model, const std::vector<TokenizerJson::MergeEntry>& merges,
+                           const std::string& name, Tokenizer* tok) {
     if (!model.contains("merges") || !model["merges"].is_array()) {
       return InvalidArgument(name + ": model.merges is missing or not an array");
     }
-    const json& merges = model["merges"];
     tok->merges_.reserve(merges.size());
     std::string left_s, right_s, left, right;
     int32_t rank = 0;
-    for (const json& m : merges) {
-      const std::string where = name + ": merge #" + std::to_string(rank);
-      if (m.is_string()) {
-        const std::string s = m.get<std::string>();
+    using Form = TokenizerJson::MergeEntry::Form;
+    for (const TokenizerJson::MergeEntry& m : merges) {
+      const auto where = [&] { return name + ": merge #" + std::to_string(rank); };
+      if (m.form == Form::kString) {
+        const std::string& s = m.left;
         const size_t sp = s.find(' ');
         if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-          return InvalidArgument(where + " " + Quote(s) + " is not two tokens separated by one space");
+          return InvalidArgument(where() + " " + Quote(s) + " is not two tokens separated by one space");
         }
         left_s = s.substr(0, sp);
         right_s = s.substr(sp + 1);
-      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-        left_s = m[0].get<std::string>();
-        right_s = m[1].get<std::string>();
+      } else if (m.form == Form::kPair) {
+        left_s = m.left;
+        right_s = m.right;
       } else {
-        return InvalidArgument(where + " is neither \"a b\" nor [\"a\", \"b\"]");
+        return InvalidArgument(where() + " is neither \"a b\" nor [\"a\", \"b\"]");
       }
       if (!ByteLevelToBytes(left_s, &left) || !ByteLevelToBytes(right_s, &right)) {
-        return InvalidArgument(where + " has a character outside the byte-level alphabet");
+        return InvalidArgument(where() + " has a character outside the byte-level alphabet");
       }
       auto l = tok->bytes_to_id_.find(left);
       auto r = tok->bytes_to_id_.find(right);
       auto merged = tok->bytes_to_id_.find(left + right);
       if (l == tok->bytes_to_id_.end() || r == tok->bytes_to_id_.end()) {
-        return InvalidArgument(where + " (" + Quote(left_s) + " + " + Quote(right_s) +
+        return InvalidArgument(where() + " (" + Quote(left_s) + " + " + Quote(right_s) +
                                ") uses a token that is not in model.vocab");
       }
       if (merged == tok->bytes_to_id_.end()) {
-        return InvalidArgument(where + " (" + Quote(left_s) + " + " + Quote(right_s) +
+        return InvalidArgument(where() + " (" + Quote(left_s) + " + " + Quote(right_s) +
                                ") produces a token that is not in model.vocab");
       }
       const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(l->second)) << 32) |
