@@ -45,23 +45,6 @@ expect_error() {
   grep -qF -- "$want" <<< "$out" || { echo "FAILED: '$want' not in the error of: $*"; echo "$out" | tail -20; exit 1; }
 }
 
-# Runs a gtest binary (under an emulator) as one shard per core: each emulated process is
-# single-threaded-slow, so the shards finish in about 1/jobs of the time. Prints each shard's
-# output; fails if any shard fails.
-emulated_shards() {
-  local pids=() i rc=0
-  for ((i = 0; i < jobs; ++i)); do
-    GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$i "$@" > "$tmp/shard_$i.txt" 2>&1 &
-    pids+=($!)
-  done
-  for ((i = 0; i < jobs; ++i)); do
-    wait "${pids[$i]}" || rc=1
-    echo "-- shard $((i + 1))/$jobs --"
-    cat "$tmp/shard_$i.txt"
-  done
-  return $rc
-}
-
 if [[ $stages == *" 1 "* ]]; then
   echo "== portability 1: the whole test suite with PHI4MM_ISA=scalar =="
   SECONDS=0
@@ -80,7 +63,7 @@ if [[ $stages == *" 2 "* ]]; then
   "${q86[@]}" build/phi4mm run -m "$fixture" -p "hello" -n 6 > "$tmp/nehalem_run.txt"
   build/phi4mm run -m "$fixture" -p "hello" -n 6 > "$tmp/native_run.txt"
   cmp "$tmp/nehalem_run.txt" "$tmp/native_run.txt" || { echo "FAILED: the answer differs without AVX"; exit 1; }
-  emulated_shards "${q86[@]}" build/tests/phi4mm_tests --gtest_brief=1 --gtest_filter="$kernel_tests:$parity_tests"
+  bash scripts/gtest_shards.sh "$jobs" "${q86[@]}" build/tests/phi4mm_tests --gtest_brief=1 --gtest_filter="$kernel_tests:$parity_tests"
   echo "stage 2: ${SECONDS} s"
 fi
 
@@ -105,7 +88,7 @@ if [[ $stages == *" 3 "* ]]; then
       env QEMU_CPU=$cpu PHI4MM_ISA=neondot "${qa[@]}" build-aarch64/phi4mm info -m "$fixture"
     env QEMU_CPU=$cpu "${qa[@]}" build-aarch64/phi4mm run -m "$fixture" -p "hello" -n 6 > "$tmp/arm_run_$cpu.txt"
     [ -s "$tmp/arm_run_$cpu.txt" ] || { echo "FAILED: no answer on aarch64 ($cpu)"; exit 1; }
-    emulated_shards env QEMU_CPU=$cpu "${qa[@]}" build-aarch64/tests/phi4mm_tests --gtest_brief=1 --gtest_filter="$kernel_tests:$parity_tests"
+    bash scripts/gtest_shards.sh "$jobs" env QEMU_CPU=$cpu "${qa[@]}" build-aarch64/tests/phi4mm_tests --gtest_brief=1 --gtest_filter="$kernel_tests:$parity_tests"
     echo "aarch64 $cpu: ${SECONDS} s"
   done
 fi
