@@ -2,7 +2,7 @@
 # Fuzz smoke test for CI: builds every libFuzzer target (fuzz/*_fuzz.cc) with clang, ASan and UBSan
 # into build-fuzz/ (or $PHI4MM_FUZZ_BUILD), then runs each for N seconds (first argument, default 30) on a temporary copy of
 # its seed corpus fuzz/corpus/<name>/ (name = target without "_fuzz"). Exits non-zero if the build
-# fails or any target crashes, leaks or trips a sanitizer; crash inputs are kept in build-fuzz/artifacts/.
+# fails or any target crashes, leaks or trips a sanitizer; crash inputs are kept in <build>/artifacts/.
 set -euo pipefail
 secs="${1:-30}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

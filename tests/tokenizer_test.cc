@@ -455,7 +455,7 @@ TEST(TokenizerTest, StreamedTablesClassifyOddEntriesAsATreeWould) {
   j["model"]["vocab"]["a"] = std::numeric_limits<uint64_t>::max();
   ExpectLoadError(j, StatusCode::kInvalidArgument, "outside");
   for (const json& bad : {json::array({"h", json::array({"e"})}), json::array({"h", "e", "l"}), json::array({"h"}),
-                          json({{"h", "e"}}), json(7), json(nullptr)}) {
+                          json::object({{"h", "e"}}), json(7), json(nullptr)}) {
     j = TinyTokenizer();
     j["model"]["merges"].push_back(bad);
     ExpectLoadError(j, StatusCode::kInvalidArgument, "merge #2 is neither");

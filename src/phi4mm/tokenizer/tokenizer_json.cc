@@ -142,10 +142,14 @@ class Handler {
         out_->vocab.push_back({std::move(pending_token_), 0, false});
         f.kind = Frame::kSkip;
         break;
-      case Frame::kMerges:
-        f.kind = is_object ? Frame::kSkip : Frame::kMergePair;
-        if (is_object) out_->merges.push_back({});
-        if (!is_object) pair_ = {};
+      case Frame::kMerges:  // a [left, right] pair, or an object (malformed)
+        if (is_object) {
+          out_->merges.push_back({});
+          f.kind = Frame::kSkip;
+        } else {
+          pair_ = {};
+          f.kind = Frame::kMergePair;
+        }
         break;
       case Frame::kMergePair:
         stack_.back().bad = true;
@@ -170,7 +174,6 @@ class Handler {
       } else {
         out_->merges.push_back({});
       }
-      pair_ = {};
     }
     return true;
   }
@@ -182,20 +185,36 @@ class Handler {
   std::size_t error_byte_ = 0;
 };
 
+Status SyntaxError(const std::string& name, std::size_t byte) {
+  return InvalidArgument(name + ": not valid JSON (parse error at byte " + std::to_string(byte) +
+                         "); the file may be truncated or not a tokenizer file");
+}
+
+Status OtherParseError(const std::string& name, const std::exception& e) {
+  return InvalidArgument(name + ": not valid JSON (" + e.what() + ")");
+}
+
 }  // namespace
 
 Result<TokenizerJson> ParseTokenizerJson(const std::string& text, const std::string& name) {
   TokenizerJson out;
   Handler h(&out);
   try {
-    if (!json::sax_parse(text, &h)) {
-      return InvalidArgument(name + ": not valid JSON (parse error at byte " + std::to_string(h.error_byte()) +
-                             "); the file may be truncated or not a tokenizer file");
-    }
+    if (!json::sax_parse(text, &h)) return SyntaxError(name, h.error_byte());
   } catch (const std::exception& e) {
-    return InvalidArgument(name + ": not valid JSON (" + e.what() + ")");
+    return OtherParseError(name, e);
   }
   return out;
+}
+
+Result<json> ParseJsonTree(const std::string& text, const std::string& name) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    return SyntaxError(name, e.byte);
+  } catch (const std::exception& e) {
+    return OtherParseError(name, e);
+  }
 }
 
 }  // namespace phi4mm

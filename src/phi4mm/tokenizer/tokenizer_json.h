@@ -38,4 +38,7 @@ struct TokenizerJson {
 // Parses `text`; a syntax error names the byte where it was found.
 Result<TokenizerJson> ParseTokenizerJson(const std::string& text, const std::string& name);
 
+// The whole of a small tokenizer file (tokenizer_config.json) as a tree, with the same errors.
+Result<nlohmann::json> ParseJsonTree(const std::string& text, const std::string& name);
+
 }  // namespace phi4mm

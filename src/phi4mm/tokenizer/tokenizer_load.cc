@@ -72,17 +72,6 @@ bool FlagOr(const json& j, const char* key, bool def) {
   return j[key].is_boolean() ? j[key].get<bool>() : def;
 }
 
-Result<json> ParseJson(const std::string& text, const std::string& name) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    return InvalidArgument(name + ": not valid JSON (parse error at byte " + std::to_string(e.byte) +
-                           "); the file may be truncated or not a tokenizer file");
-  } catch (const std::exception& e) {
-    return InvalidArgument(name + ": not valid JSON (" + e.what() + ")");
-  }
-}
-
 // A token string in tokenizer_config.json: "text" or {"content": "text", ...}.
 std::string ConfigTokenString(const json& cfg, const char* key) {
   if (!cfg.contains(key)) return "";
@@ -330,7 +319,7 @@ class TokenizerLoader {
   }
 
   static Status LoadConfig(const std::string& text, const std::string& name, Tokenizer* tok) {
-    PHI4MM_ASSIGN_OR_RETURN(json cfg, ParseJson(text, name));
+    PHI4MM_ASSIGN_OR_RETURN(json cfg, ParseJsonTree(text, name));
     if (!cfg.is_object()) return InvalidArgument(name + ": top level is not a JSON object");
     if (cfg.contains("chat_template")) {
       const json& t = cfg["chat_template"];
