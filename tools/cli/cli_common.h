@@ -72,7 +72,7 @@ struct BenchFlags {
 
 // `phi4mm export` flags (tools/cli/cmd_export.cc).
 struct ExportFlags {
-  std::string in_dir, out_dir, precision = "fp32", target = "cpu";
+  std::string in_dir, out_dir, precision = "fp32", target = "cpu", lora = "sum";
   bool force = false;
   void Register(CLI::App* app);
 };
@@ -135,10 +135,11 @@ class NpyDumper : public TensorTap {
 };
 
 // `ids` (comma-separated token ids, used instead of the prompt when not empty) runs those ids as
-// they are: no chat template, no media.
+// they are: no chat template, no media files; `processor_tensors` (a folder, with ids only) gives
+// the media as processor tensors (LoadProcessorTensors).
 int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags& media, const std::string& prompt,
                const std::string& system, bool raw, const std::string& dump_dir, const std::string& lora,
-               const std::string& ids);
+               const std::string& ids, const std::string& processor_tensors);
 int ChatCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags& media, const std::string& system);
 int InfoCommand(const ModelFlags& mf, bool json);
 int TokenizeCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& text, bool chat);

@@ -47,7 +47,7 @@ Status WriteIds(const std::string& path, const std::vector<int32_t>& ids) {
 
 int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags& mflags, const std::string& prompt_arg,
                const std::string& system, bool raw, const std::string& dump_dir, const std::string& lora,
-               const std::string& ids_arg) {
+               const std::string& ids_arg, const std::string& processor_tensors) {
   std::string prompt = prompt_arg;
   if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   const GenerateOptions opts = gf.ToOptions();
@@ -61,6 +61,8 @@ int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags
     if (!media->images.empty() || !media->audios.empty())
       return ReportError(InvalidArgument("--ids runs token ids alone; --image / --audio need -p"));
     given_ids = std::move(parsed).value();
+  } else if (!processor_tensors.empty()) {
+    return ReportError(InvalidArgument("--processor-tensors needs --ids (the expanded prompt ids the tensors belong to)"));
   }
   auto rendered = RenderUserPrompt(prompt, system, raw, media->images.size(), media->audios.size());
   if (!rendered.ok()) return ReportError(rendered.status());
@@ -75,8 +77,15 @@ int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags
     dumper = std::make_unique<NpyDumper>(dump_dir);
   }
   Result<PreparedPrompt> prepared = PreparedPrompt{};
-  if (given_ids.empty()) prepared = PreparePrompt(**model, *rendered, *media, mflags.ToPromptOptions(), dumper.get());
-  else prepared->ids = given_ids;
+  if (given_ids.empty()) {
+    prepared = PreparePrompt(**model, *rendered, *media, mflags.ToPromptOptions(), dumper.get());
+  } else if (!processor_tensors.empty()) {
+    auto pre = LoadProcessorTensors((*model)->config(), processor_tensors, given_ids);
+    if (!pre.ok()) return ReportError(pre.status());
+    prepared = EncodeMedia(**model, std::move(pre).value(), dumper.get());
+  } else {
+    prepared->ids = given_ids;
+  }
   if (!prepared.ok()) return ReportError(prepared.status());
   auto mode = ParseLoraOverride(lora, prepared->mode);
   if (!mode.ok()) return ReportError(mode.status());

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   ModelFlags run_model, chat_model, info_model, tok_model, count_model;
   GenerationFlags run_gen, chat_gen;
   MediaFlags run_media, chat_media, tok_media, count_media;
-  std::string prompt, system, dump_dir, lora = "auto", text, ids;
+  std::string prompt, system, dump_dir, lora = "auto", text, ids, processor_tensors;
   bool raw = false, info_json = false, tok_chat = false;
 
   CLI::App* run = app.add_subcommand("run", "Answer one prompt, streamed to stdout");
@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
                   "Comma-separated token ids to run as the whole prompt instead of -p (no chat template, no media; "
                   "with --dump, the logits of every step are written)")
       ->excludes(prompt_opt);
+  run->add_option("--processor-tensors", processor_tensors,
+                  "With --ids: a folder of .npy processor tensors (pixel_values, image_attention_mask, image_sizes, "
+                  "audio_embeds, audio_attention_mask, audio_sizes, batched as ONNX Runtime GenAI's processors "
+                  "make them) whose image/audio features fill the ids' placeholders");
   run->add_option("--system", system, "System prompt");
   run->add_flag("--raw", raw, "Use the prompt as is, without the chat template");
   run->add_option("--dump", dump_dir, "Write named intermediate tensors and logits as .npy files to this folder");
@@ -104,7 +108,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "phi4mm: error: run needs -p/--prompt or --ids (see phi4mm run --help)\n");
       return 2;
     }
-    return RunCommand(run_model, run_gen, run_media, prompt, system, raw, dump_dir, lora, ids);
+    return RunCommand(run_model, run_gen, run_media, prompt, system, raw, dump_dir, lora, ids, processor_tensors);
   }
   if (chat->parsed()) return ChatCommand(chat_model, chat_gen, chat_media, system);
   if (info->parsed()) return InfoCommand(info_model, info_json);

@@ -45,17 +45,22 @@ def engine_logits(phi4mm, model, ids, mode, steps, work):
 
 
 class Package:
-    def __init__(self, pkg):
+    """A package's embedding model and decoder on plain onnxruntime; `text` replaces the decoder file."""
+
+    def __init__(self, pkg, text=None):
         so = ort.SessionOptions()
         so.log_severity_level = 3
         self.emb = ort.InferenceSession(os.path.join(pkg, "phi-4-mm-embedding.onnx"), so, providers=["CPUExecutionProvider"])
-        self.dec = ort.InferenceSession(os.path.join(pkg, "phi-4-mm-text.onnx"), so, providers=["CPUExecutionProvider"])
+        self.dec = ort.InferenceSession(text or os.path.join(pkg, "phi-4-mm-text.onnx"), so,
+                                        providers=["CPUExecutionProvider"])
         cfg = json.load(open(os.path.join(pkg, "genai_config.json")))["model"]["decoder"]
         self.layers, self.kv, self.hd, self.hidden = (cfg["num_hidden_layers"], cfg["num_key_value_heads"],
                                                       cfg["head_size"], cfg["hidden_size"])
+        self.dtype = np.float16 if "float16" in self.dec.get_inputs()[0].type else np.float32
+        self.gated = any(i.name == "input_ids" for i in self.dec.get_inputs())
 
     def embed(self, ids):
-        z = np.zeros((0, self.hidden), np.float32)
+        z = np.zeros((0, self.hidden), self.dtype)
         return self.emb.run(None, {"input_ids": np.array([ids], np.int64), "image_features": z, "audio_features": z})[0]
 
     def run(self, ids, markers, steps, follow):
@@ -64,16 +69,17 @@ class Package:
         past = {}
         for l in range(self.layers):
             for kv in ("key", "value"):
-                past[f"past_key_values.{l}.{kv}"] = np.zeros((1, self.kv, 0, self.hd), np.float32)
+                past[f"past_key_values.{l}.{kv}"] = np.zeros((1, self.kv, 0, self.hd), self.dtype)
         gate_ids = list(markers) + list(ids[len(markers):])
         cur, cur_gate, total, logits = list(ids), gate_ids, 0, []
         names = [o.name for o in self.dec.get_outputs()]
         for step in range(steps + 1):
             total += len(cur)
-            feed = {"inputs_embeds": self.embed(cur), "attention_mask": np.ones((1, total), np.int64),
-                    "input_ids": np.array([cur_gate], np.int64), **past}
+            feed = {"inputs_embeds": self.embed(cur), "attention_mask": np.ones((1, total), np.int64), **past}
+            if self.gated:
+                feed["input_ids"] = np.array([cur_gate], np.int64)
             outs = dict(zip(names, self.dec.run(None, feed)))
-            logits.append(outs["logits"][0, -1])
+            logits.append(outs["logits"][0, -1].astype(np.float32))
             if step >= len(follow):
                 break
             for l in range(self.layers):

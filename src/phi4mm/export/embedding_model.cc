@@ -1,4 +1,4 @@
-// phi-4-mm-embedding.onnx: Gather over the float32 token table, then one ScatterND per modality
+// phi-4-mm-embedding.onnx: Gather over the token table (in the package's real type), then one ScatterND per modality
 // at the positions NonZero(Equal(input_ids, placeholder)) lists in row-major order, which is the
 // k-th-occurrence order EmbedWithMedia uses.
 #include "phi4mm/export/embedding_model.h"
@@ -18,14 +18,15 @@ Result<uint64_t> WriteEmbeddingModel(const Checkpoint& ckpt, const ModelConfig& 
   const TextConfig& c = cfg.text;
   const int64_t H = c.hidden_size;
   PHI4MM_ASSIGN_OR_RETURN(std::unique_ptr<onnx_writer::ModelWriter> w,
-                          onnx_writer::ModelWriter::Create(out_dir, kEmbeddingFile, "phi-4-mm-embedding"));
+                          onnx_writer::ModelWriter::Create(out_dir, kEmbeddingFile, "phi-4-mm-embedding",
+                                                           opts.RealType()));
   onnx_writer::Graph& g = w->graph();
   g.Input(kInputIds, ElemType::kInt64, {Dim("batch_size"), Dim("sequence_length")});
-  g.Input(kImageFeatures, ElemType::kFloat, {Dim("num_image_tokens"), H});
-  g.Input(kAudioFeatures, ElemType::kFloat, {Dim("num_audio_tokens"), H});
-  g.Output(kInputsEmbeds, ElemType::kFloat, {Dim("batch_size"), Dim("sequence_length"), H});
+  g.Input(kImageFeatures, w->real_type(), {Dim("num_image_tokens"), H});
+  g.Input(kAudioFeatures, w->real_type(), {Dim("num_audio_tokens"), H});
+  g.Output(kInputsEmbeds, w->real_type(), {Dim("batch_size"), Dim("sequence_length"), H});
   PHI4MM_ASSIGN_OR_RETURN(std::vector<float> table, ReadFloats(ckpt, names::kEmbedTokens, c.vocab_size, H));
-  PHI4MM_RETURN_IF_ERROR(w->AddFloat(names::kEmbedTokens, table.data(), {c.vocab_size, H}));
+  PHI4MM_RETURN_IF_ERROR(w->AddReal(names::kEmbedTokens, table.data(), {c.vocab_size, H}));
   table = {};
   std::string x = g.Op("Gather", {names::kEmbedTokens, kInputIds}, {Attr::Int("axis", 0)});
   const std::pair<int64_t, const char*> kSplices[] = {{kImageTokenId, kImageFeatures}, {kAudioTokenId, kAudioFeatures}};

@@ -6,12 +6,17 @@
 namespace phi4mm::exporter {
 
 Status ExportOptions::Validate() const {
-  if (precision == "fp16" || precision == "int4")
-    return Unsupported("--precision " + precision +
-                       " is not written yet; this phi4mm exports --precision fp32 (docs/onnx-export.md)");
-  if (precision != "fp32") return InvalidArgument("--precision must be fp32, fp16 or int4, got '" + precision + "'");
+  if (precision != "fp32" && precision != "fp16" && precision != "int4")
+    return InvalidArgument("--precision must be fp32, fp16 or int4, got '" + precision + "'");
   if (target != "cpu" && target != "cuda") return InvalidArgument("--target must be cpu or cuda, got '" + target + "'");
+  if (lora != "sum" && lora != "if" && lora != "none")
+    return InvalidArgument("--lora must be sum, if or none, got '" + lora + "'");
   return Status::Ok();
+}
+
+onnx_writer::ElemType ExportOptions::RealType() const {
+  const bool half = precision == "fp16" || (precision == "int4" && target == "cuda");
+  return half ? onnx_writer::ElemType::kFloat16 : onnx_writer::ElemType::kFloat;
 }
 
 std::string PastKeyName(int64_t l) { return "past_key_values." + std::to_string(l) + ".key"; }

@@ -10,13 +10,28 @@
 
 #include "phi4mm/base/status.h"
 #include "phi4mm/io/checkpoint.h"
+#include "phi4mm/onnx/onnx_writer.h"
 
 namespace phi4mm::exporter {
 
 struct ExportOptions {
-  std::string precision = "fp32";  // fp32 (fp16 and int4 are not written yet)
-  std::string target = "cpu";      // cpu | cuda (sets the session providers of genai_config.json)
+  // fp32: float32 weights and I/O. fp16: float16 weights and I/O. int4: the decoder's linears as
+  // 4-bit MatMulNBits and its lm_head and LoRA adapters as 8-bit ones (the engine's q4 policy),
+  // with float32 I/O and the other parts in float32 for cpu, float16 for cuda.
+  std::string precision = "fp32";
+  std::string target = "cpu";  // cpu | cuda: the session providers of genai_config.json, the int4 I/O type
+                               // and MatMulNBits' accuracy_level (4 = int8 activations on cpu, 0 on cuda)
+  // How the decoder carries the vision and speech LoRA (docs/onnx-export.md): "sum" adds both
+  // adapters times their 0/1 gates in every LoRA'd projection; "if" runs each adapter inside an
+  // If on its gate, so a step reads only the adapters it uses; "none" leaves them out (the bare
+  // language model, for measuring what the adapters cost).
+  std::string lora = "sum";
   Status Validate() const;
+
+  // The element type of the package's float tensors.
+  onnx_writer::ElemType RealType() const;
+  bool Int4() const { return precision == "int4"; }
+  int64_t AccuracyLevel() const { return target == "cpu" ? 4 : 0; }
 };
 
 // File names of the package.

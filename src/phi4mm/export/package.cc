@@ -48,7 +48,7 @@ std::string GenaiConfigJson(const ModelConfig& cfg, int64_t kv_layers, const Exp
         {"past_value_names", "past_key_values.%d.value"}}},
       {"outputs",
        {{"logits", kLogits}, {"present_key_names", "present.%d.key"}, {"present_value_names", "present.%d.value"}}}};
-  if (cfg.vision_lora.present || cfg.speech_lora.present) decoder["inputs"]["input_ids"] = kInputIds;
+  if (kv_layers > t.num_hidden_layers) decoder["inputs"]["input_ids"] = kInputIds;  // the LoRA gates read it
   json model = {
       {"bos_token_id", cfg.generation.bos_token_id},
       {"eos_token_id", cfg.generation.eos_token_ids},
@@ -151,6 +151,7 @@ Result<PackageSummary> ExportPackage(const std::string& model_dir, const std::st
   PackageSummary s;
   PHI4MM_ASSIGN_OR_RETURN(TextModelInfo text, WriteTextModel(ckpt, cfg, out_dir, opts));
   s.kv_layers = text.kv_layers;
+  s.lora_register = text.kv_layers > cfg.text.num_hidden_layers;
   s.external_bytes += text.external_bytes;
   s.files.push_back(kTextFile);
   s.files.push_back(std::string(kTextFile) + ".data");

@@ -16,6 +16,7 @@ namespace phi4mm::exporter {
 struct PackageSummary {
   std::vector<std::string> files;    // written, relative to the output folder
   int64_t kv_layers = 0;
+  bool lora_register = false;  // the decoder carries the LoRA gates in an extra KV layer
   uint64_t external_bytes = 0;
 };
 

@@ -42,7 +42,7 @@ class SpeechBuilder {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     PHI4MM_ASSIGN_OR_RETURN(std::vector<float> v, ReadFloats(ckpt_, name, 1, n, shape));
-    PHI4MM_RETURN_IF_ERROR(w_->AddFloat(name, v.data(), shape));
+    PHI4MM_RETURN_IF_ERROR(w_->AddReal(name, v.data(), shape));
     return name;
   }
   // y = x·Wᵀ + b for `base`.weight stored as `shape` ([out, in] or [out, in, 1(, 1)]).
@@ -51,7 +51,7 @@ class SpeechBuilder {
     int64_t in = 1;
     for (size_t i = 1; i < shape.size(); ++i) in *= shape[i];
     PHI4MM_ASSIGN_OR_RETURN(std::vector<float> wt, ReadTransposed(ckpt_, base + ".weight", out, in, 1.0f, shape));
-    PHI4MM_RETURN_IF_ERROR(w_->AddFloat(base + ".weight_T", wt.data(), {in, out}));
+    PHI4MM_RETURN_IF_ERROR(w_->AddReal(base + ".weight_T", wt.data(), {in, out}));
     PHI4MM_ASSIGN_OR_RETURN(std::string b, Floats(base + ".bias", {out}));
     return g.Op("Add", {g.Op("MatMul", {x, base + ".weight_T"}), b});
   }
@@ -85,7 +85,7 @@ Result<std::string> SpeechBuilder::HalfFeedForward(Graph& g, const std::string& 
   PHI4MM_ASSIGN_OR_RETURN(std::string n, LayerNorm(g, x, p + "layer_norm"));
   PHI4MM_ASSIGN_OR_RETURN(std::string gu, Linear(g, n, p + "gate_up_proj", {2 * inner, d}));
   PHI4MM_ASSIGN_OR_RETURN(std::string down, Linear(g, GatedSwish(g, gu, inner), p + "down_proj", {d, inner}));
-  return g.Op("Add", {x, g.Op("Mul", {down, g.ConstFloats({0.5f}, {})})});
+  return g.Op("Add", {x, g.Op("Mul", {down, g.ConstReal({0.5f}, {})})});
 }
 
 Result<std::string> SpeechBuilder::Block(Graph& g, const std::string& x0, const std::string& bias, int64_t j) {
@@ -102,7 +102,7 @@ Result<std::string> SpeechBuilder::Block(Graph& g, const std::string& x0, const 
   PHI4MM_ASSIGN_OR_RETURN(std::string q, proj("q_proj", {0, 2, 1, 3}));
   PHI4MM_ASSIGN_OR_RETURN(std::string k, proj("k_proj", {0, 2, 3, 1}));
   PHI4MM_ASSIGN_OR_RETURN(std::string v, proj("v_proj", {0, 2, 1, 3}));
-  const std::string scale = g.ConstFloats({static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))}, {});
+  const std::string scale = g.ConstReal({static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))}, {});
   const std::string scores = g.Op("Add", {g.Op("Mul", {g.Op("MatMul", {q, k}), scale}), bias});
   const std::string att = g.Op("MatMul", {g.Op("Softmax", {scores}, {Attr::Int("axis", -1)}), v});
   const std::string merged =
@@ -114,8 +114,8 @@ Result<std::string> SpeechBuilder::Block(Graph& g, const std::string& x0, const 
   PHI4MM_ASSIGN_OR_RETURN(std::string glu, Linear(g, cn, p + "conv.glu.ext_pw_conv_1d", {2 * d, d, 1}));
   PHI4MM_ASSIGN_OR_RETURN(std::vector<float> b1, ReadFloats(ckpt_, p + "conv.glu.b1", 1, d, {1, d, 1}));
   PHI4MM_ASSIGN_OR_RETURN(std::vector<float> b2, ReadFloats(ckpt_, p + "conv.glu.b2", 1, d, {1, d, 1}));
-  PHI4MM_RETURN_IF_ERROR(w_->AddFloat(p + "conv.glu.b1", b1.data(), {d}));
-  PHI4MM_RETURN_IF_ERROR(w_->AddFloat(p + "conv.glu.b2", b2.data(), {d}));
+  PHI4MM_RETURN_IF_ERROR(w_->AddReal(p + "conv.glu.b1", b1.data(), {d}));
+  PHI4MM_RETURN_IF_ERROR(w_->AddReal(p + "conv.glu.b2", b2.data(), {d}));
   const std::string gated = GatedSwish(g, glu, d, p + "conv.glu.b1", p + "conv.glu.b2");  // [n, L, D]
   PHI4MM_ASSIGN_OR_RETURN(std::string dw_w, Floats(p + "conv.dw_sep_conv_1d.dw_conv.weight", {d, 1, K}));
   PHI4MM_ASSIGN_OR_RETURN(std::string dw_b, Floats(p + "conv.dw_sep_conv_1d.dw_conv.bias", {d}));
@@ -196,9 +196,9 @@ Result<std::string> SpeechBuilder::ClipBody(Graph& g, const std::string& i) {
   const std::string rows = g.Op("Slice", {g.Op("Reshape", {y, g.ConstInts({-1, d})}), axis0, ntok, axis0});
   auto projection = [&](const std::string& kind) -> Result<std::string> {
     PHI4MM_ASSIGN_OR_RETURN(std::string up, Linear(g, rows, a + "up_proj_for_" + kind, {T, d}));
-    const std::string gelu = g.Op("Mul", {g.Op("Mul", {up, g.ConstFloats({0.5f}, {})}),
-                                          g.Op("Add", {g.Op("Erf", {g.Op("Mul", {up, g.ConstFloats({0.70710678118654752f}, {})})}),
-                                                       g.ConstFloats({1.0f}, {})})});
+    const std::string gelu = g.Op("Mul", {g.Op("Mul", {up, g.ConstReal({0.5f}, {})}),
+                                          g.Op("Add", {g.Op("Erf", {g.Op("Mul", {up, g.ConstReal({0.70710678118654752f}, {})})}),
+                                                       g.ConstReal({1.0f}, {})})});
     return Linear(g, gelu, a + "down_proj_for_" + kind, {T, T});
   };
   PHI4MM_ASSIGN_OR_RETURN(std::string speech, projection("speech"));
@@ -212,21 +212,21 @@ Result<std::string> SpeechBuilder::ClipBody(Graph& g, const std::string& i) {
 Status SpeechBuilder::Build() {
   const int64_t T = cfg_.text.hidden_size;
   Graph& g = w_->graph();
-  g.Input("audio_embeds", ElemType::kFloat, {Dim("num_audios"), Dim("num_frames"), c_.input_size});
+  g.Input("audio_embeds", w_->real_type(), {Dim("num_audios"), Dim("num_frames"), c_.input_size});
   g.Input("audio_attention_mask", ElemType::kBool, {Dim("num_audios"), Dim("num_frames")});
   g.Input("audio_sizes", ElemType::kInt64, {Dim("num_audios")});
   g.Input("audio_projection_mode", ElemType::kInt64, {int64_t{1}});
-  g.Output(kAudioFeatures, ElemType::kFloat, {Dim("num_audio_tokens"), T});
+  g.Output(kAudioFeatures, w_->real_type(), {Dim("num_audio_tokens"), T});
   auto [body_proto, body] = w_->Subgraph("clip");
   const std::string iter = w_->Fresh("clip_index"), cond_in = w_->Fresh("cond_in"), acc_in = w_->Fresh("features_in");
   body.Input(iter, ElemType::kInt64, {});
   body.Input(cond_in, ElemType::kBool, {});
-  body.Input(acc_in, ElemType::kFloat, {Dim("tokens_so_far"), T});
+  body.Input(acc_in, w_->real_type(), {Dim("tokens_so_far"), T});
   PHI4MM_ASSIGN_OR_RETURN(std::string feats, ClipBody(body, iter));
   body.Output(body.Op("Identity", {cond_in}), ElemType::kBool, {});
-  body.Output(body.Op("Concat", {acc_in, feats}, {Attr::Int("axis", 0)}), ElemType::kFloat, {Dim("tokens_after"), T});
+  body.Output(body.Op("Concat", {acc_in, feats}, {Attr::Int("axis", 0)}), w_->real_type(), {Dim("tokens_after"), T});
   const std::string n = g.Op("Gather", {g.Op("Shape", {"audio_embeds"}), g.ConstInts({0}, true)}, {Attr::Int("axis", 0)});
-  const std::string empty = g.Op("Reshape", {g.ConstFloats({}, {0}), g.ConstInts({0, T})});
+  const std::string empty = g.Op("Reshape", {g.ConstReal({}, {0}), g.ConstInts({0, T})});
   g.Node("Loop", {n, "", empty}, 1, {Attr::Graph("body", body_proto)}, "", {kAudioFeatures});
   return Status::Ok();
 }
@@ -242,7 +242,8 @@ Result<uint64_t> WriteSpeechModel(const Checkpoint& ckpt, const ModelConfig& cfg
                        " (a streaming attention mask) cannot be exported; the released model has -1");
   if (c.num_attention_heads <= 0 || c.hidden_size % c.num_attention_heads != 0 || c.time_reduction < 2)
     return Unsupported("the audio encoder's configuration cannot be exported");
-  PHI4MM_ASSIGN_OR_RETURN(std::unique_ptr<ModelWriter> w, ModelWriter::Create(out_dir, kSpeechFile, "phi-4-mm-speech"));
+  PHI4MM_ASSIGN_OR_RETURN(std::unique_ptr<ModelWriter> w,
+                          ModelWriter::Create(out_dir, kSpeechFile, "phi-4-mm-speech", opts.RealType()));
   SpeechBuilder b(ckpt, cfg, w.get());
   PHI4MM_RETURN_IF_ERROR(b.Build());
   PHI4MM_RETURN_IF_ERROR(w->Save());

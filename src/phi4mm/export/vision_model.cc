@@ -38,7 +38,7 @@ class VisionBuilder {
  private:
   // Initializers (main graph; the Loop body reads them from the outer scope).
   Result<std::string> Floats(const std::string& name, std::vector<float> v, const std::vector<int64_t>& shape) {
-    PHI4MM_RETURN_IF_ERROR(w_->AddFloat(name, v.data(), shape));
+    PHI4MM_RETURN_IF_ERROR(w_->AddReal(name, v.data(), shape));
     return name;
   }
   Result<std::string> Bias(const std::string& name, int64_t n) {
@@ -80,7 +80,7 @@ Result<std::string> VisionBuilder::EncoderLayer(Graph& g, const std::string& h, 
   PHI4MM_ASSIGN_OR_RETURN(std::string q, proj("q_proj", {0, 2, 1, 3}));  // [n, nh, N, hd]
   PHI4MM_ASSIGN_OR_RETURN(std::string k, proj("k_proj", {0, 2, 3, 1}));  // [n, nh, hd, N]
   PHI4MM_ASSIGN_OR_RETURN(std::string v, proj("v_proj", {0, 2, 1, 3}));
-  const std::string scale = g.ConstFloats({static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))}, {});
+  const std::string scale = g.ConstReal({static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))}, {});
   const std::string scores = g.Op("Add", {g.Op("Mul", {g.Op("MatMul", {q, k}), scale}), bias});
   const std::string att = g.Op("MatMul", {g.Op("Softmax", {scores}, {Attr::Int("axis", -1)}), v});
   const std::string merged =
@@ -91,10 +91,10 @@ Result<std::string> VisionBuilder::EncoderLayer(Graph& g, const std::string& h, 
   PHI4MM_ASSIGN_OR_RETURN(std::string f1, Linear(g, x2, p + "mlp.fc1", I, D));
   // gelu_pytorch_tanh: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
   const std::string cube = g.Op("Mul", {g.Op("Mul", {f1, f1}), f1});
-  const std::string inner = g.Op("Mul", {g.Op("Add", {f1, g.Op("Mul", {cube, g.ConstFloats({0.044715f}, {})})}),
-                                         g.ConstFloats({0.7978845608028654f}, {})});
-  const std::string gelu = g.Op("Mul", {g.Op("Mul", {f1, g.ConstFloats({0.5f}, {})}),
-                                        g.Op("Add", {g.Op("Tanh", {inner}), g.ConstFloats({1.0f}, {})})});
+  const std::string inner = g.Op("Mul", {g.Op("Add", {f1, g.Op("Mul", {cube, g.ConstReal({0.044715f}, {})})}),
+                                         g.ConstReal({0.7978845608028654f}, {})});
+  const std::string gelu = g.Op("Mul", {g.Op("Mul", {f1, g.ConstReal({0.5f}, {})}),
+                                        g.Op("Add", {g.Op("Tanh", {inner}), g.ConstReal({1.0f}, {})})});
   PHI4MM_ASSIGN_OR_RETURN(std::string f2, Linear(g, gelu, p + "mlp.fc2", D, I));
   return g.Op("Add", {h1, f2});
 }
@@ -133,8 +133,8 @@ Result<std::string> VisionBuilder::ImageBody(Graph& g, const std::string& i) {
   std::string h = g.Op("Add", {patches, pos});
   // Additive key bias [n, 1, 1, N]: 0 on valid patches, -1e30 on padded ones.
   const std::string flat = g.Op("Reshape", {mask, g.ConstInts({0, N})});
-  const std::string bias = g.Op("Unsqueeze", {g.Op("Mul", {g.Op("Sub", {flat, g.ConstFloats({1.0f}, {})}),
-                                                            g.ConstFloats({1e30f}, {})}),
+  const std::string bias = g.Op("Unsqueeze", {g.Op("Mul", {g.Op("Sub", {flat, g.ConstReal({1.0f}, {})}),
+                                                            g.ConstReal({1e30f}, {})}),
                                               g.ConstInts({1, 2})});
   const int64_t n_states = c_.num_hidden_layers + 1;
   const int64_t run = c_.feature_layer < 0 ? n_states + c_.feature_layer : c_.feature_layer;
@@ -181,9 +181,9 @@ Result<std::string> VisionBuilder::ImageBody(Graph& g, const std::string& i) {
   const std::string all = g.Op("Concat", {hd_idx, g.Op("Unsqueeze", {glb_idx, axis0}), glb_idx_rows}, {Attr::Int("axis", 0)});
   const std::string seq = g.Op("Gather", {table, all}, {Attr::Int("axis", 0)});  // [n_tok, D]
   PHI4MM_ASSIGN_OR_RETURN(std::string up, Linear(g, seq, e + "img_projection_up", T, D));
-  const std::string gelu = g.Op("Mul", {g.Op("Mul", {up, g.ConstFloats({0.5f}, {})}),
-                                        g.Op("Add", {g.Op("Erf", {g.Op("Mul", {up, g.ConstFloats({0.70710678118654752f}, {})})}),
-                                                     g.ConstFloats({1.0f}, {})})});
+  const std::string gelu = g.Op("Mul", {g.Op("Mul", {up, g.ConstReal({0.5f}, {})}),
+                                        g.Op("Add", {g.Op("Erf", {g.Op("Mul", {up, g.ConstReal({0.70710678118654752f}, {})})}),
+                                                     g.ConstReal({1.0f}, {})})});
   return Linear(g, gelu, e + "img_projection_down", T, T);
 }
 
@@ -191,10 +191,10 @@ Status VisionBuilder::Build() {
   const int64_t D = c_.hidden_size, T = cfg_.text.hidden_size, S = c_.image_size, ps = c_.patch_size;
   const int64_t P = S / ps;
   Graph& g = w_->graph();
-  g.Input("pixel_values", ElemType::kFloat, {Dim("num_images"), Dim("max_num_crops"), int64_t{3}, S, S});
-  g.Input("image_attention_mask", ElemType::kFloat, {Dim("num_images"), Dim("max_num_crops"), P, P});
+  g.Input("pixel_values", w_->real_type(), {Dim("num_images"), Dim("max_num_crops"), int64_t{3}, S, S});
+  g.Input("image_attention_mask", w_->real_type(), {Dim("num_images"), Dim("max_num_crops"), P, P});
   g.Input("image_sizes", ElemType::kInt64, {Dim("num_images"), int64_t{2}});
-  g.Output(kImageFeatures, ElemType::kFloat, {Dim("num_image_tokens"), T});
+  g.Output(kImageFeatures, w_->real_type(), {Dim("num_image_tokens"), T});
   // Tables read from the Loop body.
   std::vector<int64_t> lut(static_cast<size_t>((P + 1) * (P + 1) * P * P));
   for (int64_t r = 0; r <= P; ++r)
@@ -206,25 +206,25 @@ Status VisionBuilder::Build() {
                                       {(P + 1) * (P + 1), P * P}));
   const std::string pre = std::string(names::kVisionPrefix) + "img_processor.";
   PHI4MM_ASSIGN_OR_RETURN(std::vector<float> pos, ReadFloats(ckpt_, pre + "embeddings.position_embedding.weight", P * P, D));
-  PHI4MM_RETURN_IF_ERROR(w_->AddFloat(pre + "embeddings.position_embedding.weight", pos.data(), {P * P, D}));
+  PHI4MM_RETURN_IF_ERROR(w_->AddReal(pre + "embeddings.position_embedding.weight", pos.data(), {P * P, D}));
   PHI4MM_ASSIGN_OR_RETURN(std::vector<float> sub, ReadFloats(ckpt_, std::string(names::kVisionPrefix) + "sub_img_feature_extensor", 1, D, {1, 1, 1, D}));
   PHI4MM_ASSIGN_OR_RETURN(std::vector<float> glb, ReadFloats(ckpt_, std::string(names::kVisionPrefix) + "global_img_feature_extensor", 1, D, {1, 1, D}));
-  PHI4MM_RETURN_IF_ERROR(w_->AddFloat("sub_gn_row", sub.data(), {1, D}));
-  PHI4MM_RETURN_IF_ERROR(w_->AddFloat("glb_gn_row", glb.data(), {1, D}));
+  PHI4MM_RETURN_IF_ERROR(w_->AddReal("sub_gn_row", sub.data(), {1, D}));
+  PHI4MM_RETURN_IF_ERROR(w_->AddReal("glb_gn_row", glb.data(), {1, D}));
 
   auto [body_proto, body] = w_->Subgraph("image");
   const std::string iter = w_->Fresh("image_index"), cond_in = w_->Fresh("cond_in"), acc_in = w_->Fresh("features_in");
   body.Input(iter, ElemType::kInt64, {});
   body.Input(cond_in, ElemType::kBool, {});
-  body.Input(acc_in, ElemType::kFloat, {Dim("tokens_so_far"), T});
+  body.Input(acc_in, w_->real_type(), {Dim("tokens_so_far"), T});
   PHI4MM_ASSIGN_OR_RETURN(std::string feats, ImageBody(body, iter));
   const std::string cond_out = body.Op("Identity", {cond_in});
   const std::string acc_out = body.Op("Concat", {acc_in, feats}, {Attr::Int("axis", 0)});
   body.Output(cond_out, ElemType::kBool, {});
-  body.Output(acc_out, ElemType::kFloat, {Dim("tokens_after"), T});
+  body.Output(acc_out, w_->real_type(), {Dim("tokens_after"), T});
 
   const std::string n_images = g.Op("Gather", {g.Op("Shape", {"pixel_values"}), g.ConstInts({0}, true)}, {Attr::Int("axis", 0)});
-  const std::string empty = g.Op("Reshape", {g.ConstFloats({}, {0}), g.ConstInts({0, T})});
+  const std::string empty = g.Op("Reshape", {g.ConstReal({}, {0}), g.ConstInts({0, T})});
   g.Node("Loop", {n_images, "", empty}, 1, {Attr::Graph("body", body_proto)}, "", {kImageFeatures});
   return Status::Ok();
 }
@@ -240,7 +240,8 @@ Result<uint64_t> WriteVisionModel(const Checkpoint& ckpt, const ModelConfig& cfg
     return Unsupported("the vision tower's image_size " + std::to_string(c.image_size) + " / patch_size " +
                        std::to_string(c.patch_size) + " / heads " + std::to_string(c.num_attention_heads) +
                        " cannot be exported (an even number of patches per side is needed)");
-  PHI4MM_ASSIGN_OR_RETURN(std::unique_ptr<ModelWriter> w, ModelWriter::Create(out_dir, kVisionFile, "phi-4-mm-vision"));
+  PHI4MM_ASSIGN_OR_RETURN(std::unique_ptr<ModelWriter> w,
+                          ModelWriter::Create(out_dir, kVisionFile, "phi-4-mm-vision", opts.RealType()));
   VisionBuilder b(ckpt, cfg, w.get());
   PHI4MM_RETURN_IF_ERROR(b.Build());
   PHI4MM_RETURN_IF_ERROR(w->Save());

@@ -3,11 +3,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
+
+#include "phi4mm/base/half.h"
 
 namespace phi4mm::onnx_writer {
 
@@ -124,6 +127,18 @@ std::string Graph::ConstFloats(const std::vector<float>& v, const std::vector<in
   return out;
 }
 
+std::string Graph::ConstReal(const std::vector<float>& v, const std::vector<int64_t>& shape) {
+  if (writer_->real_type() == ElemType::kFloat) return ConstFloats(v, shape);
+  const std::string out = writer_->Fresh("const_f16");
+  onnx::TensorProto* t = ConstantNode(proto_, out);
+  t->set_data_type(onnx::TensorProto::FLOAT16);
+  for (int64_t d : shape) t->add_dims(d);
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = F32ToF16(std::clamp(v[i], -65504.0f, 65504.0f));
+  t->set_raw_data(h.data(), h.size() * sizeof(uint16_t));
+  return out;
+}
+
 ModelWriter::ModelWriter() : model_(std::make_unique<onnx::ModelProto>()), main_(this, nullptr) {
   main_.proto_ = model_->mutable_graph();
 }
@@ -133,8 +148,11 @@ ModelWriter::~ModelWriter() {
 }
 
 Result<std::unique_ptr<ModelWriter>> ModelWriter::Create(const std::string& dir, const std::string& file_name,
-                                                         const std::string& graph_name) {
+                                                         const std::string& graph_name, ElemType real) {
+  if (real != ElemType::kFloat && real != ElemType::kFloat16)
+    return Internal("a model's real type must be float32 or float16");
   std::unique_ptr<ModelWriter> w(new ModelWriter());
+  w->real_ = real;
   w->dir_ = dir;
   w->model_path_ = dir + "/" + file_name;
   w->data_name_ = file_name + ".data";
@@ -169,6 +187,15 @@ Status ModelWriter::AddFloat(const std::string& name, const float* data, const s
   size_t n = 1;
   for (int64_t d : shape) n *= static_cast<size_t>(d);
   return AddBytes(name, ElemType::kFloat, data, n * sizeof(float), shape);
+}
+
+Status ModelWriter::AddReal(const std::string& name, const float* data, const std::vector<int64_t>& shape) {
+  if (real_ == ElemType::kFloat) return AddFloat(name, data, shape);
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  std::vector<uint16_t> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = F32ToF16(data[i]);
+  return AddBytes(name, ElemType::kFloat16, h.data(), n * sizeof(uint16_t), shape);
 }
 
 Status ModelWriter::AddBytes(const std::string& name, ElemType type, const void* data, size_t nbytes,

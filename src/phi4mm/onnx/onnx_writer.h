@@ -4,6 +4,9 @@
 // data file next to the model (each tensor aligned to 4 KiB so ORT can map it), so a model of many
 // gigabytes is written without holding its weights in memory. Models are IR 8 with the default
 // domain at opset 17 and com.microsoft 1: what the Debian checker (onnx 1.12) can check.
+// Each model has a "real" type, float32 or float16: the element type of its float inputs,
+// outputs, weights and constants, so one builder writes both the fp32 and the fp16 package
+// (AddReal/ConstReal convert; AddFloat/ConstFloats stay float32 whatever the model computes in).
 // CheckModelFile runs onnx::checker and shape inference on a written file.
 #pragma once
 
@@ -31,6 +34,9 @@ inline constexpr const char* kMsDomain = "com.microsoft";
 
 // TensorProto.DataType values used here.
 enum class ElemType : int32_t { kFloat = 1, kUint8 = 2, kInt32 = 6, kInt64 = 7, kBool = 9, kFloat16 = 10 };
+
+// TensorProto.DataType of `t`, for Cast's `to` attribute.
+inline int64_t TensorTypeId(ElemType t) { return static_cast<int64_t>(t); }
 
 // A dimension: fixed (>= 0) or symbolic ("batch_size").
 using Dim = std::variant<int64_t, std::string>;
@@ -67,6 +73,8 @@ class Graph {
   // Small constants stored inside the graph (shape vectors, scalars).
   std::string ConstInts(const std::vector<int64_t>& v, bool scalar = false);
   std::string ConstFloats(const std::vector<float>& v, const std::vector<int64_t>& shape);
+  // A constant of the model's real type; float16 saturates at ±65504 (so a -1e30 mask bias stays finite).
+  std::string ConstReal(const std::vector<float>& v, const std::vector<int64_t>& shape);
 
   onnx::GraphProto* proto() { return proto_; }
   ModelWriter* writer() { return writer_; }
@@ -82,8 +90,10 @@ class ModelWriter {
  public:
   // A model to be saved as `dir/<file_name>` with its external data in `dir/<file_name>.data`
   // (opened now, so initializers can be streamed into it).
+  // `real` is kFloat or kFloat16.
   static Result<std::unique_ptr<ModelWriter>> Create(const std::string& dir, const std::string& file_name,
-                                                     const std::string& graph_name);
+                                                     const std::string& graph_name,
+                                                     ElemType real = ElemType::kFloat);
   ~ModelWriter();
   ModelWriter(const ModelWriter&) = delete;
   ModelWriter& operator=(const ModelWriter&) = delete;
@@ -96,6 +106,8 @@ class ModelWriter {
 
   // Initializers of the main graph. Tensors of at least kExternalMinBytes go to the data file.
   Status AddFloat(const std::string& name, const float* data, const std::vector<int64_t>& shape);
+  // As AddFloat, stored in the model's real type (float16 rounds to nearest even).
+  Status AddReal(const std::string& name, const float* data, const std::vector<int64_t>& shape);
   Status AddBytes(const std::string& name, ElemType type, const void* data, size_t nbytes,
                   const std::vector<int64_t>& shape);
   static constexpr size_t kExternalMinBytes = 1024;
@@ -105,6 +117,7 @@ class ModelWriter {
   const std::string& model_path() const { return model_path_; }
   const std::string& data_path() const { return data_path_; }
   uint64_t external_bytes() const { return data_offset_; }
+  ElemType real_type() const { return real_; }
 
  private:
   ModelWriter();
@@ -114,6 +127,7 @@ class ModelWriter {
   std::FILE* data_ = nullptr;
   uint64_t data_offset_ = 0;
   int64_t counter_ = 0;
+  ElemType real_ = ElemType::kFloat;
   std::vector<std::shared_ptr<onnx::GraphProto>> subgraphs_;
 };
 

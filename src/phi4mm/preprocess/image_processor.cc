@@ -196,26 +196,35 @@ Result<ProcessedImage> ProcessImage(const Image& image, const ImageProcessorOpti
     }
   }
 
-  // Tokens. Reference: num_img_tokens = 256 + 1 + sum(ds) + sum(ds[:, 0]) + 16 with ds the canvas
-  // mask sampled at even rows and columns ([gh*ceil(m/2), gw*ceil(m/2)]). 256 and 16 are the
-  // global view's (m/2)^2 pooled tokens and m/2 row separators for m = 32; written generically so
-  // that smaller geometries count what the vision tower produces (ceil(m/2) per side after its 2x2
-  // pool, which pads odd sides).
+  out.num_tokens = CountImageTokens(out);
+  return out;
+}
+
+int64_t CountImageTokens(const ProcessedImage& image) {
+  // Reference: num_img_tokens = 256 + 1 + sum(ds) + sum(ds[:, 0]) + 16 with ds the canvas mask
+  // sampled at even rows and columns ([gh*ceil(m/2), gw*ceil(m/2)]); crop (r, c)'s mask is the
+  // canvas mask's block (r, c). 256 and 16 are the global view's (m/2)^2 pooled tokens and m/2 row
+  // separators for m = 32; written generically so that smaller geometries count what the vision
+  // tower produces (ceil(m/2) per side after its 2x2 pool, which pads odd sides).
+  const int64_t m = image.patches_per_side, S = image.crop_size;
+  const int64_t gh = S > 0 ? image.hd_height / S : 0, gw = S > 0 ? image.hd_width / S : 0;
   const int64_t half = m / 2 + m % 2;
+  const size_t mask_elems = static_cast<size_t>(m) * static_cast<size_t>(m);
+  // Only the crops the mask holds (a short buffer is the vision tower's error to report).
+  const int64_t held = mask_elems > 0 ? static_cast<int64_t>(image.attention_mask.size() / mask_elems) - 1 : 0;
+  const int64_t crops = std::min(gh * gw, held);
   int64_t ds_sum = 0, ds_first_col = 0;
-  for (int64_t r = 0; r < g.gh; ++r) {
+  for (int64_t crop = 0; crop < crops; ++crop) {
+    const uint8_t* mask = image.attention_mask.data() + static_cast<size_t>(1 + crop) * mask_elems;
     for (int64_t y = 0; y < m; y += 2) {
-      for (int64_t c = 0; c < g.gw; ++c) {
-        for (int64_t x = 0; x < m; x += 2) {
-          const uint8_t v = canvas_mask(r * m + y, c * m + x);
-          ds_sum += v;
-          if (c == 0 && x == 0) ds_first_col += v;
-        }
+      for (int64_t x = 0; x < m; x += 2) {
+        const uint8_t v = mask[y * m + x];
+        ds_sum += v;
+        if (crop % gw == 0 && x == 0) ds_first_col += v;
       }
     }
   }
-  out.num_tokens = half * half + 1 + ds_sum + ds_first_col + half;
-  return out;
+  return half * half + 1 + ds_sum + ds_first_col + half;
 }
 
 }  // namespace phi4mm

@@ -30,4 +30,9 @@ struct ProcessedImage {
 
 Result<ProcessedImage> ProcessImage(const Image& image, const ImageProcessorOptions& opts);
 
+// The placeholder tokens an image takes, from its geometry (hd_height/hd_width, crop_size,
+// patches_per_side) and the HD crops' attention masks: what ProcessImage sets num_tokens to, and
+// what a processor's tensors made elsewhere (ONNX Runtime GenAI's) imply.
+int64_t CountImageTokens(const ProcessedImage& image);
+
 }  // namespace phi4mm

@@ -1,7 +1,13 @@
 // Prompt preparation: preprocessing, placeholder expansion, budget checks, and the encoders.
 #include "phi4mm/runtime/media.h"
 
+#include <algorithm>
+#include <filesystem>
+
+#include "phi4mm/base/file_map.h"
+#include "phi4mm/io/npy.h"
 #include "phi4mm/runtime/chat.h"
+#include "phi4mm/tokenizer/chat_format.h"
 
 namespace phi4mm {
 
@@ -111,6 +117,10 @@ Result<PreparedPrompt> PreparePrompt(const Model& model, std::string_view render
                                      const PromptOptions& opts, TensorTap* tap) {
   PHI4MM_ASSIGN_OR_RETURN(PreprocessedPrompt p, PreprocessPrompt(model.config(), model.tokenizer(), rendered, media,
                                                                  opts, model.context_length()));
+  return EncodeMedia(model, std::move(p), tap);
+}
+
+Result<PreparedPrompt> EncodeMedia(const Model& model, PreprocessedPrompt p, TensorTap* tap) {
   PreparedPrompt out;
   out.ids = std::move(p.ids);
   out.count = p.count;
@@ -148,6 +158,126 @@ Result<PreparedPrompt> PreparePrompt(const Model& model, std::string_view render
       out.features.audio.insert(out.features.audio.end(), f->begin(), f->end());
     }
   }
+  return out;
+}
+
+namespace {
+
+// An optional .npy of `dir`: absent -> an empty array.
+Result<NpyArray> ReadOptionalNpy(const std::string& dir, const std::string& name) {
+  const std::string path = JoinPath(dir, name + ".npy");
+  if (!FileExists(path)) return NpyArray{};
+  auto a = ReadNpy(path);
+  if (!a.ok()) return a.status().WithContext("processor tensor '" + name + "'");
+  return a;
+}
+
+// The values of `a` as doubles, whatever its dtype.
+std::vector<double> Values(const NpyArray& a) {
+  if (!a.i64.empty()) return std::vector<double>(a.i64.begin(), a.i64.end());
+  return std::vector<double>(a.f32.begin(), a.f32.end());
+}
+
+Status WantShape(const NpyArray& a, const std::string& name, const std::vector<int64_t>& want) {
+  bool ok = a.shape.size() == want.size();
+  for (size_t i = 0; ok && i < want.size(); ++i) ok = want[i] < 0 || a.shape[i] == want[i];
+  if (ok) return Status::Ok();
+  auto dims = [](const std::vector<int64_t>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + (v[i] < 0 ? std::string("*") : std::to_string(v[i]));
+    return s + "]";
+  };
+  return InvalidArgument("processor tensor '" + name + "' has shape " + dims(a.shape) + ", expected " + dims(want));
+}
+
+}  // namespace
+
+Result<PreprocessedPrompt> LoadProcessorTensors(const ModelConfig& config, const std::string& dir,
+                                                std::vector<int32_t> ids) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    return NotFound("processor tensors folder '" + dir + "' does not exist or is not a folder");
+  const int64_t S = config.vision.crop_size, P = S / config.vision.patch_size, mel = config.audio.input_size;
+  PHI4MM_ASSIGN_OR_RETURN(NpyArray pv, ReadOptionalNpy(dir, "pixel_values"));
+  PHI4MM_ASSIGN_OR_RETURN(NpyArray mask, ReadOptionalNpy(dir, "image_attention_mask"));
+  PHI4MM_ASSIGN_OR_RETURN(NpyArray sizes, ReadOptionalNpy(dir, "image_sizes"));
+  PHI4MM_ASSIGN_OR_RETURN(NpyArray ae, ReadOptionalNpy(dir, "audio_embeds"));
+  PHI4MM_ASSIGN_OR_RETURN(NpyArray amask, ReadOptionalNpy(dir, "audio_attention_mask"));
+  PHI4MM_ASSIGN_OR_RETURN(NpyArray asizes, ReadOptionalNpy(dir, "audio_sizes"));
+  PreprocessedPrompt out;
+  out.ids = std::move(ids);
+  if (!pv.shape.empty()) {
+    PHI4MM_RETURN_IF_ERROR(WantShape(pv, "pixel_values", {-1, -1, 3, S, S}));
+    if (pv.f32.empty()) return InvalidArgument("processor tensor 'pixel_values' must be float32");
+    const int64_t n = pv.shape[0], crops = pv.shape[1];
+    PHI4MM_RETURN_IF_ERROR(WantShape(mask, "image_attention_mask", {n, crops, P, P}));
+    PHI4MM_RETURN_IF_ERROR(WantShape(sizes, "image_sizes", {n, 2}));
+    const std::vector<double> m = Values(mask), hw = Values(sizes);
+    for (int64_t k = 0; k < n; ++k) {
+      ProcessedImage im;
+      im.crop_size = S;
+      im.patches_per_side = P;
+      im.hd_height = static_cast<int64_t>(hw[static_cast<size_t>(2 * k)]);
+      im.hd_width = static_cast<int64_t>(hw[static_cast<size_t>(2 * k + 1)]);
+      if (im.hd_height <= 0 || im.hd_width <= 0 || im.hd_height % S != 0 || im.hd_width % S != 0)
+        return InvalidArgument("image_sizes[" + std::to_string(k) + "] = " + std::to_string(im.hd_height) + "x" +
+                               std::to_string(im.hd_width) + " is not a positive multiple of the crop size " +
+                               std::to_string(S));
+      im.num_crops = 1 + (im.hd_height / S) * (im.hd_width / S);
+      if (im.num_crops > crops)
+        return InvalidArgument("image " + std::to_string(k + 1) + " of " + std::to_string(im.hd_height) + "x" +
+                               std::to_string(im.hd_width) + " needs " + std::to_string(im.num_crops) +
+                               " crops but pixel_values holds " + std::to_string(crops));
+      const size_t crop_px = static_cast<size_t>(3 * S * S), crop_mask = static_cast<size_t>(P * P);
+      const auto px0 = pv.f32.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(k * crops) * crop_px);
+      im.pixel_values.assign(px0, px0 + static_cast<ptrdiff_t>(static_cast<size_t>(im.num_crops) * crop_px));
+      const size_t m0 = static_cast<size_t>(k * crops) * crop_mask;
+      im.attention_mask.resize(static_cast<size_t>(im.num_crops) * crop_mask);
+      for (size_t i = 0; i < im.attention_mask.size(); ++i) im.attention_mask[i] = m[m0 + i] != 0.0 ? 1 : 0;
+      im.num_tokens = CountImageTokens(im);
+      out.count.image_tokens.push_back(im.num_tokens);
+      out.images.push_back(std::move(im));
+    }
+  } else if (!mask.shape.empty() || !sizes.shape.empty()) {
+    return InvalidArgument("image_attention_mask / image_sizes were given without pixel_values");
+  }
+  if (!ae.shape.empty()) {
+    PHI4MM_RETURN_IF_ERROR(WantShape(ae, "audio_embeds", {-1, -1, mel}));
+    if (ae.f32.empty()) return InvalidArgument("processor tensor 'audio_embeds' must be float32");
+    const int64_t n = ae.shape[0], frames = ae.shape[1];
+    PHI4MM_RETURN_IF_ERROR(WantShape(asizes, "audio_sizes", {n}));
+    if (!amask.shape.empty()) PHI4MM_RETURN_IF_ERROR(WantShape(amask, "audio_attention_mask", {n, frames}));
+    const std::vector<double> am = Values(amask), as = Values(asizes);
+    for (int64_t k = 0; k < n; ++k) {
+      AudioFeatures af;
+      af.num_mel = mel;
+      af.frames = frames;
+      if (!am.empty()) {
+        const auto row = am.begin() + static_cast<ptrdiff_t>(k * frames);
+        af.frames = std::count_if(row, row + frames, [](double v) { return v != 0.0; });
+      }
+      af.num_tokens = static_cast<int64_t>(as[static_cast<size_t>(k)]);
+      const auto x0 = ae.f32.begin() + static_cast<ptrdiff_t>(k * frames * mel);
+      af.log_mel.assign(x0, x0 + static_cast<ptrdiff_t>(af.frames * mel));
+      out.count.audio_tokens.push_back(af.num_tokens);
+      out.audios.push_back(std::move(af));
+    }
+  } else if (!amask.shape.empty() || !asizes.shape.empty()) {
+    return InvalidArgument("audio_attention_mask / audio_sizes were given without audio_embeds");
+  }
+  int64_t image_rows = 0, audio_rows = 0;
+  for (int64_t t : out.count.image_tokens) image_rows += t;
+  for (int64_t t : out.count.audio_tokens) audio_rows += t;
+  const int64_t image_ids = std::count(out.ids.begin(), out.ids.end(), kImageTokenId);
+  const int64_t audio_ids = std::count(out.ids.begin(), out.ids.end(), kAudioTokenId);
+  if (image_ids != image_rows || audio_ids != audio_rows)
+    return InvalidArgument("the ids hold " + std::to_string(image_ids) + " image and " + std::to_string(audio_ids) +
+                           " audio placeholders, but the processor tensors make " + std::to_string(image_rows) +
+                           " image and " + std::to_string(audio_rows) + " audio tokens");
+  out.count.total_tokens = static_cast<int64_t>(out.ids.size());
+  out.count.text_tokens = out.count.total_tokens - image_rows - audio_rows;
+  out.mode = LoraModeForInputs(!out.images.empty(), !out.audios.empty());
+  out.audio_with_image = !out.images.empty();
   return out;
 }
 

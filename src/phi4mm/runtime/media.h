@@ -5,10 +5,13 @@
 // image or clip costs before paying for it.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "phi4mm/preprocess/audio.h"
+#include "phi4mm/preprocess/audio_features.h"
+#include "phi4mm/preprocess/image_processor.h"
 #include "phi4mm/preprocess/image.h"
 #include "phi4mm/runtime/session.h"
 
@@ -71,5 +74,21 @@ Result<PreprocessedPrompt> PreprocessPrompt(const ModelConfig& config, const Tok
 // `tap` (optional) receives the encoders' named tensors ("image.<k>.*", "audio.<k>.*").
 Result<PreparedPrompt> PreparePrompt(const Model& model, std::string_view rendered, const MediaInputs& media,
                                      const PromptOptions& opts = {}, TensorTap* tap = nullptr);
+// Runs the encoders over a preprocessed prompt (what PreparePrompt does after PreprocessPrompt).
+Result<PreparedPrompt> EncodeMedia(const Model& model, PreprocessedPrompt p, TensorTap* tap = nullptr);
+
+// A prompt given as token ids (placeholders already expanded) and the processor's tensors as
+// another pipeline made them, batched and zero-padded the way ONNX Runtime GenAI's phi4mm
+// processors hand them to the vision and speech models: so the encoders and the decoder can be
+// compared with that pipeline's models on the very same inputs, whatever its preprocessing does.
+// Read from `dir` as .npy (float32 or int64), each optional by modality:
+//   pixel_values [images, crops, 3, S, S], image_attention_mask [images, crops, P, P] (padded
+//   crops are ignored: an image uses 1 + (H/S)·(W/S) of them), image_sizes [images, 2] (H, W);
+//   audio_embeds [clips, frames, mel], audio_attention_mask [clips, frames] (valid frames first;
+//   absent = all valid), audio_sizes [clips] (placeholder tokens per clip).
+// The LoRA mode and the audio projection follow the reference rule from which media are present;
+// the ids' placeholder counts must equal the media's tokens.
+Result<PreprocessedPrompt> LoadProcessorTensors(const ModelConfig& config, const std::string& dir,
+                                                std::vector<int32_t> ids);
 
 }  // namespace phi4mm
