@@ -4,6 +4,7 @@
 // files say what ORT GenAI needs (type phi4mm, no adapter files, no 30 s audio cut).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -206,15 +207,128 @@ TEST_F(ExportPackageTest, JsonFiles) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/tokenizer_config.json"));
 }
 
-TEST(ExportOptionsTest, RefusesWhatIsNotWritten) {
+TEST(ExportOptionsTest, ValidatesAndMapsPrecisions) {
   exporter::ExportOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  EXPECT_EQ(o.RealType(), ElemType::kFloat);
+  o.precision = "fp16";
+  EXPECT_EQ(o.RealType(), ElemType::kFloat16);
   o.precision = "int4";
-  EXPECT_EQ(o.Validate().code(), StatusCode::kUnsupported);
+  EXPECT_TRUE(o.Validate().ok());
+  EXPECT_EQ(o.RealType(), ElemType::kFloat);  // cpu int4: float32 I/O, int8 activations in MatMulNBits
+  EXPECT_EQ(o.AccuracyLevel(), 4);
+  o.target = "cuda";
+  EXPECT_EQ(o.RealType(), ElemType::kFloat16);
+  EXPECT_EQ(o.AccuracyLevel(), 0);
   o.precision = "fp8";
   EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
   o.precision = "fp32";
   o.target = "tpu";
   EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+  o.target = "cpu";
+  o.lora = "merged";
+  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+}
+
+// Ops of a graph and of its If branches, by "domain:op".
+void CountOps(const onnx::GraphProto& g, std::map<std::string, int>* ops) {
+  for (const auto& n : g.node()) {
+    (*ops)[n.domain() + ":" + n.op_type()]++;
+    for (const auto& a : n.attribute())
+      if (a.has_g()) CountOps(a.g(), ops);
+  }
+}
+
+// Exports the tiny fixture with `precision` / `target` / `lora`; returns the folder.
+std::string ExportVariant(const std::string& precision, const std::string& target, const std::string& lora) {
+  exporter::ExportOptions o;
+  o.precision = precision;
+  o.target = target;
+  o.lora = lora;
+  const std::string out = test::TempDir("export_" + precision + "_" + target + "_" + lora);
+  auto s = exporter::ExportPackage(test::FixturePath("tiny/orig"), out, o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  for (const char* f : {exporter::kTextFile, exporter::kEmbeddingFile, exporter::kVisionFile, exporter::kSpeechFile}) {
+    const Status st = onnx_writer::CheckModelFile(out + "/" + f);
+    EXPECT_TRUE(st.ok()) << precision << "/" << target << "/" << lora << ": " << st.ToString();
+  }
+  return out;
+}
+
+TEST(ExportVariantsTest, Int4DecoderIsMatMulNBitsWithEightBitHeadAndAdapters) {
+  auto cfg = ModelConfig::LoadFromDir(test::FixturePath("tiny/orig"));
+  ASSERT_TRUE(cfg.ok());
+  const int64_t L = cfg->text.num_hidden_layers;
+  for (const char* target : {"cpu", "cuda"}) {
+    const std::string dir = ExportVariant("int4", target, "sum");
+    const onnx::ModelProto m = ReadModel(dir + "/" + exporter::kTextFile);
+    std::map<std::string, int> ops;
+    CountOps(m.graph(), &ops);
+    EXPECT_EQ(ops[":MatMul"], 0) << target;
+    // Per layer 4 linears + A and B of 2 adapters on each; plus the lm_head.
+    EXPECT_EQ(ops["com.microsoft:MatMulNBits"], L * (4 + 2 * 2 * 4) + 1) << target;
+    std::map<int64_t, int> by_bits;
+    for (const auto& n : m.graph().node()) {
+      if (n.op_type() != "MatMulNBits") continue;
+      std::map<std::string, int64_t> a;
+      for (const auto& at : n.attribute()) a[at.name()] = at.i();
+      by_bits[a["bits"]]++;
+      EXPECT_EQ(a["block_size"], 32);
+      EXPECT_EQ(a["accuracy_level"], std::string(target) == "cpu" ? 4 : 0);
+    }
+    EXPECT_EQ(by_bits[4], 4 * L);
+    EXPECT_EQ(by_bits[8], 16 * L + 1);
+    const int32_t io = m.graph().input(0).type().tensor_type().elem_type();
+    EXPECT_EQ(io, std::string(target) == "cpu" ? onnx::TensorProto::FLOAT : onnx::TensorProto::FLOAT16);
+  }
+}
+
+TEST(ExportVariantsTest, Fp16PackageIsHalfThroughout) {
+  const std::string dir = ExportVariant("fp16", "cuda", "sum");
+  for (const char* f : {exporter::kTextFile, exporter::kEmbeddingFile, exporter::kVisionFile, exporter::kSpeechFile}) {
+    const onnx::ModelProto m = ReadModel(dir + "/" + f);
+    int half_io = 0;
+    for (const auto* list : {&m.graph().input(), &m.graph().output()})
+      for (const auto& v : *list) {
+        const int32_t t = v.type().tensor_type().elem_type();
+        EXPECT_NE(t, onnx::TensorProto::FLOAT) << f << ": " << v.name();
+        half_io += t == onnx::TensorProto::FLOAT16;
+      }
+    EXPECT_GT(half_io, 0) << f;
+    for (const auto& init : m.graph().initializer())
+      EXPECT_NE(init.data_type(), onnx::TensorProto::FLOAT) << f << ": " << init.name();
+  }
+  const nlohmann::json g = nlohmann::json::parse(ReadAll(dir + "/genai_config.json"));
+  EXPECT_TRUE(g["model"]["decoder"]["session_options"]["provider_options"][0].contains("cuda"));
+}
+
+TEST(ExportVariantsTest, LoraIfRunsEachAdapterInItsOwnBranchAndNoneDropsThem) {
+  auto cfg = ModelConfig::LoadFromDir(test::FixturePath("tiny/orig"));
+  ASSERT_TRUE(cfg.ok());
+  const int64_t L = cfg->text.num_hidden_layers;
+  {
+    const onnx::ModelProto m = ReadModel(ExportVariant("fp32", "cpu", "if") + "/" + exporter::kTextFile);
+    std::map<std::string, int> top, all;
+    for (const auto& n : m.graph().node()) top[n.domain() + ":" + n.op_type()]++;
+    CountOps(m.graph(), &all);
+    EXPECT_EQ(top[":If"], 1 + 2 * 4 * L);       // the LongRoPE switch + one per adapter and projection
+    EXPECT_EQ(top[":MatMul"], 4 * L + 1);        // the base linears and the lm_head
+    EXPECT_EQ(all[":MatMul"], 4 * L + 1 + 2 * 2 * 4 * L);  // the adapters' A and B inside the branches
+    EXPECT_EQ(Names(m.graph().input())[2], "input_ids");
+  }
+  {
+    const std::string dir = ExportVariant("fp32", "cpu", "none");
+    const onnx::ModelProto m = ReadModel(dir + "/" + exporter::kTextFile);
+    std::map<std::string, int> ops;
+    CountOps(m.graph(), &ops);
+    EXPECT_EQ(ops[":MatMul"], 4 * L + 1);
+    EXPECT_EQ(ops["com.microsoft:GroupQueryAttention"], L);  // no mode register
+    const std::vector<std::string> in = Names(m.graph().input());
+    EXPECT_EQ(std::count(in.begin(), in.end(), "input_ids"), 0);
+    const nlohmann::json g = nlohmann::json::parse(ReadAll(dir + "/genai_config.json"));
+    EXPECT_EQ(g["model"]["decoder"]["num_hidden_layers"], L);
+    EXPECT_FALSE(g["model"]["decoder"]["inputs"].contains("input_ids"));
+  }
 }
 
 }  // namespace
