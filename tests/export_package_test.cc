@@ -138,7 +138,7 @@ TEST_F(ExportPackageTest, DecoderHasTheOfficialNamesPlusInputIdsAndTheRegister) 
   for (const auto& n : m.graph().node()) ops[n.domain() + ":" + n.op_type()]++;
   EXPECT_EQ(ops["com.microsoft:GroupQueryAttention"], L + 1);
   EXPECT_EQ(ops["com.microsoft:SkipSimplifiedLayerNormalization"], 2 * L);
-  EXPECT_EQ(ops[":If"], 1);  // the LongRoPE switch
+  EXPECT_EQ(ops[":If"], 1 + 2 * 4 * L);  // the LongRoPE switch + the default --lora if's branches
   for (const auto& n : m.graph().node())
     if (n.op_type() == "GroupQueryAttention" && n.output(1) != "present." + std::to_string(L) + ".key") {
       std::map<std::string, int64_t> a;

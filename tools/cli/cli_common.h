@@ -72,7 +72,7 @@ struct BenchFlags {
 
 // `phi4mm export` flags (tools/cli/cmd_export.cc).
 struct ExportFlags {
-  std::string in_dir, out_dir, precision = "fp32", target = "cpu", lora = "sum";
+  std::string in_dir, out_dir, precision = "fp32", target = "cpu", lora = "if";
   bool force = false;
   void Register(CLI::App* app);
 };

@@ -25,9 +25,9 @@ void ExportFlags::Register(CLI::App* app) {
                   "MatMulNBits accuracy_level)")
       ->capture_default_str();
   app->add_option("--lora", lora,
-                  "How the decoder applies the vision/speech LoRA it picks from the prompt's ids: sum (both "
-                  "adapters times 0/1 gates), if (only the active adapter runs, inside If nodes), none (no "
-                  "adapters: the bare language model)")
+                  "How the decoder applies the vision/speech LoRA it picks from the prompt's ids: if (only the "
+                  "active adapter runs, inside If nodes), sum (both adapters times 0/1 gates, no control flow), "
+                  "none (no adapters: the bare language model)")
       ->capture_default_str();
   app->add_flag("--force", force, "Write into a non-empty output folder (its files are overwritten)");
 }

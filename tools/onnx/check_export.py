@@ -22,6 +22,7 @@ import sys
 import tempfile
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 IMAGE_ID, AUDIO_ID = 200010, 200011
@@ -193,6 +194,13 @@ def check_media(pkg, args, work, results):
               + f"greedy {'equal' if r['greedy_equal'] else 'DIFFERENT'}")
 
 
+def check_models(pkg):
+    """onnx.checker.check_model(full_check=True) (with shape inference) on the four models of `pkg`."""
+    for f in ("phi-4-mm-vision.onnx", "phi-4-mm-speech.onnx", "phi-4-mm-embedding.onnx", "phi-4-mm-text.onnx"):
+        onnx.checker.check_model(os.path.join(pkg, f), full_check=True)
+    print(f"onnx {onnx.__version__} checker (full_check) passes the four models of {pkg}")
+
+
 def rel(a, b):
     return float(np.max(np.abs(a - b)) / max(1.0, float(np.max(np.abs(b)))))
 
@@ -205,6 +213,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--json")
     args = ap.parse_args()
+    check_models(args.package)
     pkg = Package(args.package)
     rng = np.random.default_rng(0)
     prompts = {"short": rng.integers(100, 199000, 12).tolist(),   # below the LongRoPE switch (32 in tiny-gqa)

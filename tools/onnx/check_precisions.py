@@ -2,6 +2,7 @@
 """Checks the fp16 and int4 packages written by `phi4mm export` against ORT's own quantizer, the fp32 package and
 the engine.
 
+* onnx.checker (full_check) on every model of both packages.
 * int4, bit for bit: every MatMulNBits of the int4 decoder (4-bit linears, 8-bit lm_head and LoRA A/B) holds
   exactly the bytes and scales that onnxruntime's own quantizer (quantize_matmul_4bits / quantize_matmul_8bits, the
   block-32 symmetric RTN that the ORT GenAI model builder uses) makes from the fp32 package's weight.
@@ -25,7 +26,7 @@ from onnx import numpy_helper
 from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_export import IMAGE_ID, AUDIO_ID, Package, engine_logits, rel  # noqa: E402
+from check_export import IMAGE_ID, AUDIO_ID, Package, check_models, engine_logits, rel  # noqa: E402
 
 
 def nbits_nodes(model):
@@ -102,6 +103,9 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     args = ap.parse_args()
     failed = False
+    for pkg in (args.int4, args.fp16):
+        if pkg:
+            check_models(pkg)
     text = "phi-4-mm-text.onnx"
     fp32_text = onnx.load(os.path.join(args.fp32, text))
     int4_text = onnx.load(os.path.join(args.int4, text))

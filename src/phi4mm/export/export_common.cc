@@ -1,9 +1,22 @@
 // Export options, contract names and float32 tensor reads for the exporter.
 #include "phi4mm/export/export_common.h"
 
+#include "phi4mm/base/file_map.h"
 #include "phi4mm/models/weight_loading.h"
 
 namespace phi4mm::exporter {
+
+namespace {
+
+// The exporter reads each checkpoint tensor once (the tied table twice) and writes a converted
+// copy: the tensor's mapped pages can leave the resident set (a full-size export then peaks at
+// its largest converted tensor, not at the 11 GB checkpoint).
+void ReleaseSource(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
+  auto t = ckpt.Get(name, shape);
+  if (t.ok() && !t->packed) AdviseUnneeded(t->data, t->nbytes);
+}
+
+}  // namespace
 
 Status ExportOptions::Validate() const {
   if (precision != "fp32" && precision != "fp16" && precision != "int4")
@@ -30,6 +43,7 @@ Result<std::vector<float>> ReadFloats(const Checkpoint& ckpt, const std::string&
                           LoadWeight(ckpt, name, shape.empty() ? std::vector<int64_t>{rows, cols} : shape, rows, cols));
   std::vector<float> out(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) m.Row(r, out.data() + r * cols);
+  ReleaseSource(ckpt, name, shape.empty() ? std::vector<int64_t>{rows, cols} : shape);
   return out;
 }
 
@@ -42,6 +56,7 @@ Result<std::vector<float>> ReadTransposed(const Checkpoint& ckpt, const std::str
     m.Row(r, row.data());
     for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(c * rows + r)] = row[static_cast<size_t>(c)] * scale;
   }
+  ReleaseSource(ckpt, name, shape.empty() ? std::vector<int64_t>{rows, cols} : shape);
   return out;
 }
 
