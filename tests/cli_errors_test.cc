@@ -161,9 +161,12 @@ TEST(CliErrors, BadIdsAndExportFlags) {
   ExpectCliError(RunCli({"run", "-m", Orig(), "--ids", "1,x,3"}), {"--ids", "'x'"});
   ExpectCliError(RunCli({"run", "-m", Orig(), "--ids", "1,,3"}), {"--ids"});
   ExpectCliError(RunCli({"run", "-m", Orig(), "--ids", "999999", "-n", "1"}), {"999999", "vocabulary"});
+  ExpectCliError(RunCli({"run", "-m", Orig(), "-p", "hi", "--processor-tensors", "."}), {"--processor-tensors", "--ids"});
+  ExpectCliError(RunCli({"run", "-m", Orig(), "--ids", "1,2", "--processor-tensors", Orig() + "/nope"}), {"nope"});
   const std::string out = test::TempDir("cli_export_flags");
 #ifdef PHI4MM_HAVE_EXPORT
-  ExpectCliError(RunCli({"export", "-m", Orig(), "-o", out, "--precision", "int4"}), {"int4", "not written yet"});
+  ExpectCliError(RunCli({"export", "-m", Orig(), "-o", out, "--precision", "fp8"}), {"--precision", "'fp8'"});
+  ExpectCliError(RunCli({"export", "-m", Orig(), "-o", out, "--lora", "merged"}), {"--lora", "'merged'"});
   ExpectCliError(RunCli({"export", "-m", Orig(), "-o", out, "--target", "tpu"}), {"--target", "'tpu'"});
   ExpectCliError(RunCli({"export", "-m", Orig() + "/nope", "-o", out}), {"nope"});
 #else
