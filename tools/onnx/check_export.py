@@ -164,10 +164,19 @@ def check_media(pkg, args, work, results):
             r["image_tokens"] = int(ref.shape[0])
             r["image_features_rel_err"] = rel(vf, ref) if vf.shape == ref.shape else float("inf")
         if auds:
-            af = sph.run(None, speech_inputs(auds, bool(imgs)))[0]
+            # Every audio_projection_mode value of the family the engine used (speech projection for 0 and 2,
+            # vision-speech for 1 and 3) must give the engine's features; the other family must not.
+            feeds = speech_inputs(auds, bool(imgs))
             ref = np.concatenate([a["features"] for a in auds], 0)
+            errs = []
+            for mode in ((1, 3) if imgs else (0, 2)):
+                feeds["audio_projection_mode"] = np.array([mode], np.int64)
+                af = sph.run(None, feeds)[0]
+                errs.append(rel(af, ref) if af.shape == ref.shape else float("inf"))
+            feeds["audio_projection_mode"] = np.array([2 if imgs else 3], np.int64)
+            r["audio_other_projection_diff"] = rel(sph.run(None, feeds)[0], ref)
             r["audio_tokens"] = int(ref.shape[0])
-            r["audio_features_rel_err"] = rel(af, ref) if af.shape == ref.shape else float("inf")
+            r["audio_features_rel_err"] = max(errs)
         # The whole pipeline on plain onnxruntime: embedding with the ORT features, decoder gated by the real ids.
         past = {f"past_key_values.{l}.{kv}": np.zeros((1, pkg.kv, 0, pkg.hd), np.float32)
                 for l in range(pkg.layers) for kv in ("key", "value")}
@@ -189,7 +198,8 @@ def check_media(pkg, args, work, results):
         results.append(r)
         print(f"{name:15s} ({len(ids):4d} ids): "
               + (f"vision {r['image_tokens']} tokens {r['image_features_rel_err']:.2e}; " if imgs else "")
-              + (f"speech {r['audio_tokens']} tokens {r['audio_features_rel_err']:.2e}; " if auds else "")
+              + (f"speech {r['audio_tokens']} tokens {r['audio_features_rel_err']:.2e} (both mode values; the other "
+                 f"projection differs by {r['audio_other_projection_diff']:.2e}); " if auds else "")
               + f"pipeline logits over {r['steps']} steps {r['max_rel_err']:.2e}, "
               + f"greedy {'equal' if r['greedy_equal'] else 'DIFFERENT'}")
 
@@ -241,7 +251,8 @@ def main():
     if args.json:
         json.dump(results, open(args.json, "w"), indent=2)
     bad = [r for r in results if r["max_rel_err"] > 1e-4 or not r["greedy_equal"]
-           or r.get("image_features_rel_err", 0) > 1e-4 or r.get("audio_features_rel_err", 0) > 1e-4]
+           or r.get("image_features_rel_err", 0) > 1e-4 or r.get("audio_features_rel_err", 0) > 1e-4
+           or r.get("audio_other_projection_diff", 1) < 1e-2]
     sys.exit(1 if bad else 0)
 
 
