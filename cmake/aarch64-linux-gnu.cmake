@@ -19,7 +19,9 @@ set(CMAKE_DISABLE_FIND_PACKAGE_ONNX TRUE)
 set(CMAKE_DISABLE_FIND_PACKAGE_Protobuf TRUE)
 set(CMAKE_DISABLE_FIND_PACKAGE_benchmark TRUE)
 # QEMU_CPU (e.g. cortex-a53 for a CPU without the dot-product instructions) picks the emulated CPU.
+# The program runs through the multiarch arm64 loader, not QEMU's -L sysroot prefix (under -L the
+# first pthread_create spins forever; docs/portability.md).
 find_program(PHI4MM_QEMU_AARCH64 qemu-aarch64)
 if(PHI4MM_QEMU_AARCH64)
-  set(CMAKE_CROSSCOMPILING_EMULATOR "${PHI4MM_QEMU_AARCH64};-L;/usr/aarch64-linux-gnu")
+  set(CMAKE_CROSSCOMPILING_EMULATOR "${PHI4MM_QEMU_AARCH64};/lib/ld-linux-aarch64.so.1")
 endif()

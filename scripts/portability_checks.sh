@@ -67,7 +67,10 @@ if [[ $stages == *" 2 "* ]]; then
   echo "stage 2: ${SECONDS} s"
 fi
 
-qa=(qemu-aarch64 -L /usr/aarch64-linux-gnu)
+# The arm64 loader of Debian's multiarch libc6:arm64 (pulled in by the :arm64 -dev packages) is run
+# directly, not through QEMU's -L sysroot prefix: under -L, the first pthread_create of any
+# dynamically linked program spins forever (QEMU 7.2 and 10.0 alike, docs/portability.md).
+qa=(qemu-aarch64 /lib/ld-linux-aarch64.so.1)
 if [[ $stages == *" 3 "* || $stages == *" 4 "* ]]; then
   echo "== portability 3: aarch64 cross build (phi4mm_cli, phi4mm_tests) =="
   SECONDS=0

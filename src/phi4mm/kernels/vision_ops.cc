@@ -1,6 +1,7 @@
 // Generic float32 vision-transformer operators: masked bidirectional batch attention, 2x2 average
 // pooling and the row-parallel bias / GELU / residual steps. Scalar reference versions, and the
-// per-ISA table (the AVX2 kernels of vision_ops_avx2.cc on x86) picked by the process's ISA.
+// per-ISA table (the AVX2 kernels of vision_ops_avx2.cc on x86, the NEON ones of vision_ops_neon.cc
+// on aarch64) picked by the process's ISA.
 #include "phi4mm/kernels/vision_ops.h"
 
 #include <algorithm>
@@ -142,6 +143,10 @@ const VisionKernels& VisionKernelsFor(Isa isa) {
 #if defined(PHI4MM_BUILD_X86_KERNELS)
   static const VisionKernels avx2{&BidirectionalAttentionAvx2, &GeluTanhAvx2};
   if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return avx2;
+#endif
+#if defined(PHI4MM_BUILD_ARM_KERNELS)
+  static const VisionKernels neon{&BidirectionalAttentionNeon, &GeluTanhNeon};
+  if (isa == Isa::kNeon || isa == Isa::kNeonDot) return neon;
 #endif
   (void)isa;
   return scalar;

@@ -3,7 +3,8 @@
 // channels-last feature maps with optional right/bottom reflection padding for odd sizes, and the
 // row-parallel bias / tanh-GELU / residual steps of an encoder layer. Each has a scalar reference;
 // attention and GELU run the table of the process's ISA (kernels/isa.h): AVX2 kernels
-// (vision_ops_avx2.cc) on the x86 SIMD ISAs, the scalar ones elsewhere.
+// (vision_ops_avx2.cc) on the x86 SIMD ISAs, NEON ones (vision_ops_neon.cc) on aarch64, the scalar
+// ones otherwise.
 // (LayerNorm and the scalar GELUs are in kernels/ops.h.)
 #pragma once
 
@@ -61,6 +62,10 @@ void BidirectionalAttentionAvx2(const float* q, const float* k, const float* v, 
                                 const BatchAttentionShape& shape, float* out, ThreadPool* pool);
 // In place tanh-GELU of x[0..n) (the scalar GeluTanhInPlace for the tail).
 void GeluTanhAvx2(float* x, int64_t n);
+// The NEON kernels (vision_ops_neon.cc, aarch64 builds only), the same contract as the AVX2 pair.
+void BidirectionalAttentionNeon(const float* q, const float* k, const float* v, const uint8_t* key_valid,
+                                const BatchAttentionShape& shape, float* out, ThreadPool* pool);
+void GeluTanhNeon(float* x, int64_t n);
 }  // namespace vision_internal
 
 }  // namespace phi4mm
