@@ -19,14 +19,7 @@ namespace {
 
 using test::FixturePath;
 
-std::shared_ptr<const Model> Tiny() {
-  static std::shared_ptr<const Model> m = [] {
-    auto r = Model::Load(FixturePath("tiny/orig"));
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? *r : nullptr;
-  }();
-  return m;
-}
+std::shared_ptr<const Model> Tiny() { return test::TinyModel("orig"); }
 
 // Two images of different crop counts and one clip, preprocessed by us.
 PreprocessedPrompt Ours(const Model& model) {
