@@ -307,6 +307,8 @@ TEST(QuantKernels, ConversionsAndRowsAgree) {
     }
   }
   EXPECT_EQ(ParseQuantMode("q4"), QuantMode::kQ4);
+  EXPECT_EQ(ParseQuantMode("q4m"), QuantMode::kQ4M);
+  EXPECT_STREQ(QuantModeName(QuantMode::kQ4M), "q4m");
   EXPECT_EQ(ParseQuantMode("f32"), QuantMode::kNone);
   EXPECT_FALSE(ParseQuantMode("q5").has_value());
   EXPECT_EQ(EmbeddingFormat(QuantMode::kQ4), WeightFormat::kQ8_0);

@@ -42,6 +42,13 @@ constexpr double kQ8MinSameTop = 0.96;
 constexpr double kQ4MaxMeanKld = 0.0018;
 constexpr double kQ4MaxP99Kld = 0.016;
 constexpr double kQ4MinSameTop = 0.94;
+// q4m, the same rule: mean KLD 0.00043-0.00061, 99% KLD 0.0024-0.0045, same top 96.85-98.03%.
+constexpr double kQ4MMaxMeanKld = 0.0009;
+constexpr double kQ4MMaxP99Kld = 0.0067;
+constexpr double kQ4MMinSameTop = 0.94;
+// q4m's mean KLD over q4's on the same positions: measured 0.44-0.54 on this sample, 0.50-0.52 on
+// the whole text.
+constexpr double kQ4MMaxKldOfQ4 = 0.75;
 // A greedy step is decisive when the f32 top-2 margin is at least this many logits: over twice the
 // largest logit change q8 may cause (the test bounds it at half this margin; measured: 0.28).
 constexpr double kDecisiveMargin = 1.5;
@@ -158,6 +165,28 @@ TEST_P(TrainedQuantQuality, Q4KlDivergenceAndTopTokenWithinMeasuredBounds) {
   // Fewer bits lose more: q4 diverges clearly more than q8 on the same positions.
   const KlSummary q8 = Score(QuantMode::kQ8, GetParam());
   EXPECT_GT(q4.kld.mean, 2 * q8.kld.mean);
+}
+
+TEST_P(TrainedQuantQuality, Q4MLosesLessThanQ4WithinMeasuredBounds) {
+  auto model = LoadTrained(QuantMode::kQ4M);
+  ASSERT_NE(model, nullptr);
+  const auto& layers = model->decoder().layers();
+  ASSERT_EQ(layers.size(), 4u);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    EXPECT_EQ(layers[l].qkv.base().format(), WeightFormat::kQ8_0) << l;
+    EXPECT_EQ(layers[l].o.base().format(), WeightFormat::kQ4K) << l;
+    EXPECT_EQ(layers[l].gate_up.base().format(), WeightFormat::kQ4K) << l;
+    EXPECT_EQ(layers[l].down.base().format(), l >= 2 ? WeightFormat::kQ8_0 : WeightFormat::kQ4K) << l;
+    EXPECT_EQ(layers[l].qkv.adapter(LoraMode::kVision)->a.format(), WeightFormat::kQ8_0) << l;
+  }
+  EXPECT_EQ(model->embedding().matrix().format(), WeightFormat::kQ8_0);
+  const KlSummary q4m = Score(QuantMode::kQ4M, GetParam());
+  EXPECT_LE(q4m.kld.mean, kQ4MMaxMeanKld);
+  EXPECT_LE(q4m.kld_p99, kQ4MMaxP99Kld);
+  EXPECT_GE(q4m.same_top.mean, kQ4MMinSameTop);
+  // The 8-bit projections buy a clear cut in loss on the same positions.
+  const KlSummary q4 = Score(QuantMode::kQ4, GetParam());
+  EXPECT_LT(q4m.kld.mean, kQ4MMaxKldOfQ4 * q4.kld.mean);
 }
 
 INSTANTIATE_TEST_SUITE_P(Trained, TrainedQuantQuality,

@@ -136,6 +136,7 @@ TEST_P(QuantizeLayout, LoadsWithoutConvertingAndMatchesLoadTimeQuantization) {
 INSTANTIATE_TEST_SUITE_P(Quantize, QuantizeLayout,
                          ::testing::Values(std::make_tuple("orig", QuantMode::kQ4),
                                            std::make_tuple("native", QuantMode::kQ4),
+                                           std::make_tuple("native", QuantMode::kQ4M),
                                            std::make_tuple("orig", QuantMode::kQ8),
                                            std::make_tuple("native", QuantMode::kBF16)),
                          [](const auto& info) {

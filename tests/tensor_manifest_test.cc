@@ -75,9 +75,36 @@ TEST(ManifestTest, QuantPolicy) {
   EXPECT_EQ(FormatFor(TensorRole::kLoraB, QuantMode::kQ8), WeightFormat::kBF16);
   EXPECT_EQ(FormatFor(TensorRole::kLoraA, QuantMode::kBF16), WeightFormat::kBF16);
   EXPECT_EQ(FormatFor(TensorRole::kEncoderLinear, QuantMode::kQ4), WeightFormat::kQ8_0);
-  for (QuantMode q : {QuantMode::kNone, QuantMode::kBF16, QuantMode::kQ8, QuantMode::kQ4}) {
+  for (QuantMode q : {QuantMode::kNone, QuantMode::kBF16, QuantMode::kQ8, QuantMode::kQ4, QuantMode::kQ4M}) {
     EXPECT_FALSE(FormatFor(TensorRole::kParameter, q).has_value());
     EXPECT_FALSE(FormatFor(TensorRole::kUnused, q).has_value());
+  }
+  // q4m is q4 for every role; only DecoderLinearFormat tells its projections apart.
+  for (TensorRole r : {TensorRole::kDecoderLinear, TensorRole::kEmbeddingTable, TensorRole::kLmHead,
+                       TensorRole::kLoraA, TensorRole::kLoraB, TensorRole::kEncoderLinear})
+    EXPECT_EQ(FormatFor(r, QuantMode::kQ4M), FormatFor(r, QuantMode::kQ4)) << TensorRoleName(r);
+}
+
+TEST(ManifestTest, Q4MKeepsQkvAndTheMoreBitsLayersDownAtQ8) {
+  // The real model's 32 layers: 0-3, every third from 6 to 27, 28-31 (16 layers).
+  std::vector<int64_t> more;
+  for (int64_t l = 0; l < 32; ++l)
+    if (MoreBitsLayer(l, 32)) more.push_back(l);
+  EXPECT_EQ(more, (std::vector<int64_t>{0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31}));
+  EXPECT_FALSE(MoreBitsLayer(0, 4));  // the trained fixture's 4 layers: 2 and 3
+  EXPECT_FALSE(MoreBitsLayer(1, 4));
+  EXPECT_TRUE(MoreBitsLayer(2, 4));
+  EXPECT_TRUE(MoreBitsLayer(3, 4));
+  for (int64_t l = 0; l < 32; ++l) {
+    EXPECT_EQ(DecoderLinearFormat(QuantMode::kQ4M, DecoderProjection::kQkv, l, 32), WeightFormat::kQ8_0);
+    EXPECT_EQ(DecoderLinearFormat(QuantMode::kQ4M, DecoderProjection::kO, l, 32), WeightFormat::kQ4K);
+    EXPECT_EQ(DecoderLinearFormat(QuantMode::kQ4M, DecoderProjection::kGateUp, l, 32), WeightFormat::kQ4K);
+    EXPECT_EQ(DecoderLinearFormat(QuantMode::kQ4M, DecoderProjection::kDown, l, 32),
+              MoreBitsLayer(l, 32) ? WeightFormat::kQ8_0 : WeightFormat::kQ4K);
+    for (QuantMode q : {QuantMode::kNone, QuantMode::kBF16, QuantMode::kQ8, QuantMode::kQ4})
+      for (DecoderProjection p :
+           {DecoderProjection::kQkv, DecoderProjection::kO, DecoderProjection::kGateUp, DecoderProjection::kDown})
+        EXPECT_EQ(DecoderLinearFormat(q, p, l, 32), FormatFor(TensorRole::kDecoderLinear, q));
   }
 }
 

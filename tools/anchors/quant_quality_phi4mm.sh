@@ -3,7 +3,7 @@
 # type of `phi4mm perplexity` on the trained fixture's held-out text against the unquantized
 # model (f32 compute on the stored bf16 weights, f32 KV cache), in every LoRA mode, and prints the
 # markdown table of the doc. The KV-cache variants and bf16 are scored in LoRA mode none only;
-# q8 and q4 (with their default f16 KV cache) in all three modes.
+# q8, q4 and q4m (with their default f16 KV cache) in all three modes.
 #
 # Usage: tools/anchors/quant_quality_phi4mm.sh WORK_DIR [PHI4MM] [FIXTURE_DIR]
 #   WORK_DIR    where the reference files (~0.5 GB each) and the JSON results go (outside the repo)
@@ -40,9 +40,11 @@ score none-kvf16 none --quant none --kv-dtype f16
 score none-kvq8 none --quant none --kv-dtype q8
 score q8-kvf32 none --quant q8 --kv-dtype f32
 score q4-kvf32 none --quant q4 --kv-dtype f32
+score q4m-kvf32 none --quant q4m --kv-dtype f32
 for mode in none vision speech; do
   score q8 "$mode" --quant q8
   score q4 "$mode" --quant q4
+  score q4m "$mode" --quant q4m
 done
 
 python3 - "$work" <<'EOF'
@@ -60,7 +62,10 @@ print("|---|---|---|---|---|---|---|---|")
 for label, name, mode in [("f32 (reference)", "f32", "none"), ("bf16", "bf16", "none"), ("none", "none-kvf16", "none"),
                           ("none", "none-kvq8", "none"), ("q8", "q8-kvf32", "none"), ("q8", "q8", "none"),
                           ("q4", "q4-kvf32", "none"), ("q4", "q4", "none"),
+                          ("q4m", "q4m-kvf32", "none"), ("q4m", "q4m", "none"),
                           ("f32 (reference)", "f32", "vision"), ("q8", "q8", "vision"), ("q4", "q4", "vision"),
-                          ("f32 (reference)", "f32", "speech"), ("q8", "q8", "speech"), ("q4", "q4", "speech")]:
+                          ("q4m", "q4m", "vision"),
+                          ("f32 (reference)", "f32", "speech"), ("q8", "q8", "speech"), ("q4", "q4", "speech"),
+                          ("q4m", "q4m", "speech")]:
     print(row(label, name, mode))
 EOF

@@ -77,7 +77,8 @@ void ModelFlags::Register(CLI::App* app) {
   app->add_option("--quant", quant,
                   "Decoder weight format, converted at load: none (as stored; a folder written by "
                   "`phi4mm quantize` runs in its mode), bf16, q8 (8-bit blocks), q4 (4-bit blocks with an "
-                  "8-bit embedding/lm_head)")
+                  "8-bit embedding/lm_head), q4m (q4 with qkv and half the layers' down projection at 8 bits: "
+                  "less loss, ~17% more bytes)")
       ->capture_default_str();
   app->add_option("--kv-dtype", kv_dtype,
                   "KV-cache element type: auto (f32 with --quant none on a float checkpoint, else f16), "
@@ -104,7 +105,7 @@ Result<std::shared_ptr<const Model>> LoadModel(const ModelFlags& flags) {
   LoadOptions opts;
   opts.num_threads = flags.threads;
   const std::optional<QuantMode> quant = ParseQuantMode(flags.quant);
-  if (!quant) return InvalidArgument("--quant must be none, bf16, q8 or q4, got '" + flags.quant + "'");
+  if (!quant) return InvalidArgument("--quant must be none, bf16, q8, q4 or q4m, got '" + flags.quant + "'");
   opts.quant = *quant;
   PHI4MM_ASSIGN_OR_RETURN(opts.kv_dtype, ParseKvDTypeFlag(flags.kv_dtype));
   auto m = Model::Load(flags.dir, opts);

@@ -70,7 +70,7 @@ void BenchFlags::Register(CLI::App* app) {
 int BenchCommand(const BenchFlags& f) {
   if (!f.concurrency.empty() || f.long_prompt > 0) return BatchBenchCommand(f);
   const std::optional<QuantMode> quant = ParseQuantMode(f.model.quant);
-  if (!quant) return ReportError(InvalidArgument("--quant must be none, bf16, q8 or q4, got '" + f.model.quant + "'"));
+  if (!quant) return ReportError(InvalidArgument("--quant must be none, bf16, q8, q4 or q4m, got '" + f.model.quant + "'"));
   const Result<std::optional<KvDType>> kv = ParseKvDTypeFlag(f.model.kv_dtype);
   if (!kv.ok()) return ReportError(kv.status());
   std::vector<LoraMode> modes;

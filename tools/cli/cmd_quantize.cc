@@ -21,7 +21,8 @@ void QuantizeFlags::Register(CLI::App* app) {
   app->add_option("-m,--model", in_dir, "Checkpoint folder to read (Hugging Face layout)")->required();
   app->add_option("-o,--output", out_dir, "Folder to write the pre-quantized checkpoint to")->required();
   app->add_option("--quant", quant, "Weight format to store: bf16, q8 (8-bit blocks), q4 (4-bit blocks with an "
-                                    "8-bit embedding/lm_head), as `run --quant` converts at load")
+                                    "8-bit embedding/lm_head), q4m (q4 with qkv and half the layers' down "
+                                    "projection at 8 bits), as `run --quant` converts at load")
       ->required();
   app->add_option("-t,--threads", threads, "Worker threads; 0 = one per core")->capture_default_str();
   app->add_flag("--force", force, "Write into a non-empty output folder (its files are overwritten)");
@@ -30,9 +31,9 @@ void QuantizeFlags::Register(CLI::App* app) {
 int QuantizeCommand(const QuantizeFlags& f) {
   using Clock = std::chrono::steady_clock;
   const std::optional<QuantMode> quant = ParseQuantMode(f.quant);
-  if (!quant) return ReportError(InvalidArgument("--quant must be bf16, q8 or q4, got '" + f.quant + "'"));
+  if (!quant) return ReportError(InvalidArgument("--quant must be bf16, q8, q4 or q4m, got '" + f.quant + "'"));
   if (*quant == QuantMode::kNone)
-    return ReportError(InvalidArgument("--quant none stores nothing converted; choose bf16, q8 or q4"));
+    return ReportError(InvalidArgument("--quant none stores nothing converted; choose bf16, q8, q4 or q4m"));
   std::error_code ec;
   namespace fs = std::filesystem;
   if (fs::exists(f.out_dir, ec)) {

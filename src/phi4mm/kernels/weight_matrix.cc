@@ -21,6 +21,7 @@ const char* QuantModeName(QuantMode m) {
     case QuantMode::kBF16: return "bf16";
     case QuantMode::kQ8: return "q8";
     case QuantMode::kQ4: return "q4";
+    case QuantMode::kQ4M: return "q4m";
   }
   return "?";
 }
@@ -30,6 +31,7 @@ std::optional<QuantMode> ParseQuantMode(std::string_view s) {
   if (s == "bf16") return QuantMode::kBF16;
   if (s == "q8") return QuantMode::kQ8;
   if (s == "q4") return QuantMode::kQ4;
+  if (s == "q4m") return QuantMode::kQ4M;
   return std::nullopt;
 }
 
@@ -38,13 +40,14 @@ std::optional<WeightFormat> LinearFormat(QuantMode m) {
     case QuantMode::kNone: return std::nullopt;
     case QuantMode::kBF16: return WeightFormat::kBF16;
     case QuantMode::kQ8: return WeightFormat::kQ8_0;
-    case QuantMode::kQ4: return WeightFormat::kQ4K;
+    case QuantMode::kQ4:
+    case QuantMode::kQ4M: return WeightFormat::kQ4K;
   }
   return std::nullopt;
 }
 
 std::optional<WeightFormat> EmbeddingFormat(QuantMode m) {
-  if (m == QuantMode::kQ4) return WeightFormat::kQ8_0;
+  if (m == QuantMode::kQ4 || m == QuantMode::kQ4M) return WeightFormat::kQ8_0;
   return LinearFormat(m);
 }
 

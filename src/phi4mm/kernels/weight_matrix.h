@@ -25,11 +25,14 @@ namespace phi4mm {
 //   kBF16: bf16 everywhere
 //   kQ8:   Q8_0 linear layers and Q8_0 embedding / lm_head
 //   kQ4:   Q4_K linear layers and Q8_0 embedding / lm_head (a 4-bit head hurts this model)
-enum class QuantMode { kNone, kBF16, kQ8, kQ4 };
+//   kQ4M:  kQ4 with the decoder projections that quantization error hurts most kept at Q8_0 (the
+//          per-projection choice is models/tensor_manifest.h's DecoderLinearFormat)
+enum class QuantMode { kNone, kBF16, kQ8, kQ4, kQ4M };
 const char* QuantModeName(QuantMode m);
-// Accepts "none"/"f32", "bf16", "q8", "q4".
+// Accepts "none"/"f32", "bf16", "q8", "q4", "q4m".
 std::optional<QuantMode> ParseQuantMode(std::string_view s);
 // The format for linear layers / for the embedding table under `m`; nullopt keeps the stored one.
+// LinearFormat(kQ4M) is the format of its 4-bit projections.
 std::optional<WeightFormat> LinearFormat(QuantMode m);
 std::optional<WeightFormat> EmbeddingFormat(QuantMode m);
 

@@ -98,15 +98,20 @@ Result<std::shared_ptr<const Decoder>> Decoder::Load(const Checkpoint& ckpt, con
   d->kv_dtype_ = kv_dtype;
   const int64_t H = c.hidden_size, hd = c.head_dim;
   const int64_t qkv_out = (c.num_attention_heads + 2 * c.num_key_value_heads) * hd;
+  const std::optional<WeightFormat> adapter_format = FormatFor(TensorRole::kLoraA, quant);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = names::DecoderLayer(i);
     DecoderLayerWeights L;
     PHI4MM_ASSIGN_OR_RETURN(L.input_norm, LoadVector(ckpt, p + "input_layernorm.weight", H));
     PHI4MM_ASSIGN_OR_RETURN(L.post_attn_norm, LoadVector(ckpt, p + "post_attention_layernorm.weight", H));
-    PHI4MM_ASSIGN_OR_RETURN(L.qkv, LoraLinear::Load(ckpt, mc, p + "self_attn.qkv_proj", qkv_out, H, quant, pool));
-    PHI4MM_ASSIGN_OR_RETURN(L.o, LoraLinear::Load(ckpt, mc, p + "self_attn.o_proj", H, c.num_attention_heads * hd, quant, pool));
-    PHI4MM_ASSIGN_OR_RETURN(L.gate_up, LoraLinear::Load(ckpt, mc, p + "mlp.gate_up_proj", 2 * c.intermediate_size, H, quant, pool));
-    PHI4MM_ASSIGN_OR_RETURN(L.down, LoraLinear::Load(ckpt, mc, p + "mlp.down_proj", H, c.intermediate_size, quant, pool));
+    auto load = [&](const char* name, DecoderProjection proj, int64_t out, int64_t in) {
+      return LoraLinear::Load(ckpt, mc, p + name, out, in, DecoderLinearFormat(quant, proj, i, c.num_hidden_layers),
+                              adapter_format, pool);
+    };
+    PHI4MM_ASSIGN_OR_RETURN(L.qkv, load("self_attn.qkv_proj", DecoderProjection::kQkv, qkv_out, H));
+    PHI4MM_ASSIGN_OR_RETURN(L.o, load("self_attn.o_proj", DecoderProjection::kO, H, c.num_attention_heads * hd));
+    PHI4MM_ASSIGN_OR_RETURN(L.gate_up, load("mlp.gate_up_proj", DecoderProjection::kGateUp, 2 * c.intermediate_size, H));
+    PHI4MM_ASSIGN_OR_RETURN(L.down, load("mlp.down_proj", DecoderProjection::kDown, H, c.intermediate_size));
     d->layers_.push_back(std::move(L));
   }
   PHI4MM_ASSIGN_OR_RETURN(d->final_norm_, LoadVector(ckpt, names::kFinalNorm, H));

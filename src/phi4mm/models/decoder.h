@@ -88,8 +88,9 @@ struct DecoderScratch {
 class Decoder {
  public:
   // `embedding` supplies the tied lm_head when the checkpoint has no lm_head.weight. The linear
-  // layers' weights are converted as the manifest's FormatFor gives `quant`
-  // (models/tensor_manifest.h), an untied lm_head as kLmHead; `pool` splits the conversion. Caches from NewCache() hold `kv_dtype`.
+  // layers' weights are converted as the manifest's policy gives `quant` (models/tensor_manifest.h:
+  // DecoderLinearFormat per projection and layer, kLoraA for the adapters), an untied lm_head as
+  // kLmHead; `pool` splits the conversion. Caches from NewCache() hold `kv_dtype`.
   static Result<std::shared_ptr<const Decoder>> Load(const Checkpoint& ckpt, const ModelConfig& cfg,
                                                      std::shared_ptr<const TokenEmbedding> embedding,
                                                      QuantMode quant = QuantMode::kNone, ThreadPool* pool = nullptr,

@@ -29,11 +29,13 @@ Result<std::optional<LoraAdapter>> LoadAdapter(const Checkpoint& ckpt, const Lor
 }  // namespace
 
 Result<LoraLinear> LoraLinear::Load(const Checkpoint& ckpt, const ModelConfig& cfg, const std::string& prefix,
-                                    int64_t out_features, int64_t in_features, QuantMode quant, ThreadPool* pool) {
+                                    int64_t out_features, int64_t in_features,
+                                    std::optional<WeightFormat> base_format,
+                                    std::optional<WeightFormat> adapter_format, ThreadPool* pool) {
   LoraLinear l;
   PHI4MM_ASSIGN_OR_RETURN(l.base_, LoadWeight(ckpt, prefix + ".weight", {out_features, in_features}, out_features,
-                                              in_features, FormatFor(TensorRole::kDecoderLinear, quant), pool));
-  const std::optional<WeightFormat> af = FormatFor(TensorRole::kLoraA, quant);
+                                              in_features, base_format, pool));
+  const std::optional<WeightFormat> af = adapter_format;
   PHI4MM_ASSIGN_OR_RETURN(l.vision_,
                           LoadAdapter(ckpt, cfg.vision_lora, prefix, "vision", out_features, in_features, af, pool));
   PHI4MM_ASSIGN_OR_RETURN(l.speech_,

@@ -32,10 +32,13 @@ class LoraLinear {
  public:
   // Loads `<prefix>.weight` [out, in] and, when the config has them, the adapters
   // `<prefix>.lora_{A,B}.{vision,speech}.weight`. Shapes are checked against the config. The base
-  // weight and the adapters are converted to the formats the manifest's policy gives `quant`
-  // (FormatFor kDecoderLinear / kLoraA, models/tensor_manifest.h; rows split over `pool`).
+  // weight is converted to `base_format` and the adapters to `adapter_format` when set (the
+  // decoder passes the manifest's policy: DecoderLinearFormat and FormatFor kLoraA,
+  // models/tensor_manifest.h; rows split over `pool`).
   static Result<LoraLinear> Load(const Checkpoint& ckpt, const ModelConfig& cfg, const std::string& prefix,
-                                 int64_t out_features, int64_t in_features, QuantMode quant = QuantMode::kNone,
+                                 int64_t out_features, int64_t in_features,
+                                 std::optional<WeightFormat> base_format = std::nullopt,
+                                 std::optional<WeightFormat> adapter_format = std::nullopt,
                                  ThreadPool* pool = nullptr);
 
   int64_t out_features() const { return base_.rows(); }

@@ -64,13 +64,27 @@ std::optional<WeightFormat> FormatFor(TensorRole role, QuantMode quant) {
         case QuantMode::kNone: return std::nullopt;
         case QuantMode::kBF16: return WeightFormat::kBF16;
         case QuantMode::kQ8:
-        case QuantMode::kQ4: return WeightFormat::kQ8_0;
+        case QuantMode::kQ4:
+        case QuantMode::kQ4M: return WeightFormat::kQ8_0;
       }
       return std::nullopt;
     case TensorRole::kParameter:
     case TensorRole::kUnused: return std::nullopt;
   }
   return std::nullopt;
+}
+
+bool MoreBitsLayer(int64_t layer, int64_t num_layers) {
+  const int64_t eighth = num_layers / 8;
+  return layer < eighth || layer >= 7 * num_layers / 8 || (layer - eighth) % 3 == 2;
+}
+
+std::optional<WeightFormat> DecoderLinearFormat(QuantMode quant, DecoderProjection proj, int64_t layer,
+                                                int64_t num_layers) {
+  if (quant == QuantMode::kQ4M &&
+      (proj == DecoderProjection::kQkv || (proj == DecoderProjection::kDown && MoreBitsLayer(layer, num_layers))))
+    return WeightFormat::kQ8_0;
+  return FormatFor(TensorRole::kDecoderLinear, quant);
 }
 
 void TensorManifest::Add(TensorSpec spec) {

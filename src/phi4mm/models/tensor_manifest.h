@@ -81,6 +81,19 @@ StoredName StoredNameIn(const TensorSpec& spec, CheckpointLayout layout);
 // everything else as stored.
 std::optional<WeightFormat> FormatFor(TensorRole role, QuantMode quant);
 
+// The four LoRA'd projections of a decoder layer.
+enum class DecoderProjection { kQkv, kO, kGateUp, kDown };
+// The format of one decoder projection's base weight: FormatFor(kDecoderLinear, quant), except
+// under q4m, which keeps at Q8_0 the projections where 4-bit error costs most, where llama.cpp's
+// Q4_K_M spends 5 and 6 bits: qkv in every layer and down in the MoreBitsLayer layers
+// (docs/quant-quality.md measures what that buys).
+std::optional<WeightFormat> DecoderLinearFormat(QuantMode quant, DecoderProjection proj, int64_t layer,
+                                                int64_t num_layers);
+// The layers that get more bits in q4m: the first and the last eighth and every third layer in
+// between (layers 0-3, 6, 9, ..., 27 and 28-31 of 32; 2 and 3 of 4). This is llama.cpp's rule for
+// Q4_K_M's ffn_down, so both mixtures touch the same layers.
+bool MoreBitsLayer(int64_t layer, int64_t num_layers);
+
 // Canonical names of the decoder, as the loaders and the exporter build them.
 namespace names {
 std::string DecoderLayer(int64_t layer);  // "model.layers.<i>."
