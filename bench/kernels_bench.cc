@@ -4,7 +4,8 @@
 // (n = 64 / 512, reported as GFLOP/s), plus a streaming-read bandwidth reference (1 and all
 // threads) so the GEMV numbers can be read as a fraction of the memory ceiling. GemvCold streams
 // weights that do not fit in the last-level cache (decode on the full model); TileShape compares
-// register tile shapes for choosing the kernel tables' TileShape.
+// register tile shapes for choosing the kernel tables' TileShape; Quantize times the load-time
+// conversion to Q4_K and Q8_0.
 //   phi4mm_kernels_bench --benchmark_filter=Gemv   (decode only)
 // PHI4MM_BENCH_THREADS=n sets the matmul pool size (default: one thread per core);
 // PHI4MM_BENCH_KERNELS=name runs another kernel table this CPU has (scalar, avx2, avx512) instead
@@ -193,6 +194,32 @@ void BM_StreamRead(benchmark::State& state) {
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(buf.size() * 8) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_StreamRead)->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Load-time conversion of one 3072 x 3072 f32 matrix on one thread (WeightMatrix::Quantize): what
+// `--quant q4` / `q8` pay per weight when a model loads from a float checkpoint.
+void BM_Quantize(benchmark::State& state) {
+  const auto format = static_cast<WeightFormat>(state.range(0));
+  constexpr int64_t kRows = 3072, kCols = 3072;
+  std::vector<float> w(static_cast<size_t>(kRows * kCols));
+  uint64_t seed = 7;
+  for (float& v : w) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    v = (static_cast<float>(seed >> 40) / static_cast<float>(1 << 24) - 0.5f) * 0.04f;
+  }
+  const WeightMatrix src = WeightMatrix::FromF32(std::move(w), kRows, kCols);
+  for (auto _ : state) {
+    auto q = src.Quantize(format, nullptr);
+    benchmark::DoNotOptimize(q.ok() ? q->data() : nullptr);
+  }
+  state.SetLabel(WeightFormatName(format));
+  state.counters["Mweights/s"] = benchmark::Counter(static_cast<double>(kRows * kCols) / 1e6,
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Quantize)
+    ->Arg(static_cast<int>(WeightFormat::kQ4K))
+    ->Arg(static_cast<int>(WeightFormat::kQ8_0))
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace phi4mm
