@@ -276,13 +276,21 @@ TEST(ServerErrors, DisconnectCancelsAQueuedAndANonStreamingRequest) {
   eo.after_step = [] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); };
   auto s = StartTestServer({}, eo);
   // The first request occupies the only running slot...
+  // (The role chunk can come before the engine admits the request, so wait for it to run: until
+  // then the waiting request the gauge counts may be this one.)
   const int busy = RawConnect(s.port, RawPost("/v1/chat/completions", LongBody(400, true).dump()));
   RawReadUntil(busy, "data: ");
+  for (int i = 0; i < 100 && MetricValue(Get(s.port, "/metrics").body, "phi4mm_requests_running") < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   // ...so the second one waits in the queue when its client leaves.
   const int queued = RawConnect(s.port, RawPost("/v1/chat/completions", LongBody(400, false).dump()));
   for (int i = 0; i < 100 && MetricValue(Get(s.port, "/metrics").body, "phi4mm_requests_waiting") < 1; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(MetricValue(Get(s.port, "/metrics").body, "phi4mm_requests_waiting"), 1);
+  {
+    const std::string m = Get(s.port, "/metrics").body;
+    EXPECT_EQ(MetricValue(m, "phi4mm_requests_running"), 1);
+    EXPECT_EQ(MetricValue(m, "phi4mm_requests_waiting"), 1);
+  }
   close(queued);
   for (int i = 0; i < 100 && MetricValue(Get(s.port, "/metrics").body, "phi4mm_requests_waiting") > 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -78,8 +78,11 @@ def test_disconnect_while_queued(small_server):
     before = idle_metrics(s)
     busy = s.raw_post("/v1/chat/completions", long_body(True, 480))
     read_until(busy, b"data: ")
+    # The role chunk can come before the engine admits the request: until it runs, the one waiting
+    # request the gauge shows may be this one.
+    assert poll(s, lambda m: m["phi4mm_requests_running"] == 1)
     queued = s.raw_post("/v1/chat/completions", long_body(False))
-    assert poll(s, lambda m: m["phi4mm_requests_waiting"] == 1)
+    assert poll(s, lambda m: m["phi4mm_requests_waiting"] == 1 and m["phi4mm_requests_running"] == 1)
     queued.close()
     t0 = time.monotonic()
     m = poll(s, lambda m: m["phi4mm_requests_waiting"] == 0, timeout=5)
