@@ -22,7 +22,7 @@
 #   PHI4MM      the phi4mm binary (default build/phi4mm)
 # Environment: CTX (default 512), THREADS (default 2), NICE (default 0: llama-perplexity at nice 19
 # on a busy 2-core machine took 25 minutes per file instead of 90 s), VARIANTS (a space-separated
-# subset of the variants above; default all).
+# subset of the variants above, or other llama-quantize types such as Q5_K_M or Q6_K; default all).
 set -euo pipefail
 if [ $# -lt 5 ]; then
   sed -n '2,25p' "$0"
@@ -67,8 +67,9 @@ done
 nice -n "$niceness" "$phi4mm" perplexity -m "$fixture" -f "$text" --ctx "$ctx" --kl-reference "$base" -t "$threads" \
   > "$work/phi4mm-vs-llama-F32.log" 2>&1
 
-bpw() {  # bits per weight as llama.cpp's loader reports it ("file size = ... (x BPW)")
-  grep -o '([0-9.]* BPW)' "$1" | head -1 | tr -d '()' | cut -d' ' -f1
+bpw() {  # bits per weight as llama.cpp reports it: "file size = ... (x BPW)" in the loader's log
+  # (older llama.cpp) or "quant size = ... (x BPW)" in llama-quantize's (newer ones print it only there)
+  grep -ho '([0-9.]* BPW)' "$@" 2>/dev/null | head -1 | tr -d '()' | cut -d' ' -f1
 }
 printf '| llama.cpp | PPL | mean KLD | 99%% KLD | same top | BPW |\n|---|---|---|---|---|---|\n'
 printf '| F32 | %s | | | | %s |\n' "$(grep -o 'Final estimate: PPL = [0-9.]*' "$work/perplexity-F32.log" | awk '{print $NF}')" \
@@ -80,7 +81,7 @@ for q in "${variants[@]}"; do
     "$(grep -a -m1 '^Mean    KLD' "$l" | awk '{print $3, $4, $5}')" \
     "$(grep -a -m1 '^99.0%   KLD' "$l" | awk '{print $3}')" \
     "$(grep -a -m1 '^Same top p' "$l" | awk '{print $4, $5, $6, $7}')" \
-    "$(bpw "$l")"
+    "$(bpw "$l" "$work/quantize-$q.log")"
 done
 echo
 echo "phi4mm (f32, $fixture) against llama.cpp's F32 reference:"
