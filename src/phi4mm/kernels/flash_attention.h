@@ -1,7 +1,8 @@
 // The flash-style BidirectionalAttention of vision_ops.h, written once for the SIMD vision tables
 // (vision_ops_avx2.cc, vision_ops_neon.cc); each passes a `Simd` struct with its register tiles:
 //   ScoreTile6x16(q, kt, hdp, s)   s[r*kBk + c] = Σ_d q[r*hdp + d]·kt[d*kBk + c], 6 rows, 16 columns
-//   AccumulateRows4(p, v, hdp, nk, o)  o[r*hdp + d] += Σ_{j<nk} p[r*kBk + j]·v[j*hdp + d], 4 rows, all d
+//   Accumulate<Cols>(p, v, hdp, nk, o)  o[r*hdp + d] += Σ_{j<nk} p[r*kBk + j]·v[j*hdp + d], 4 rows,
+//                                  d < Cols (8, 16 or 24; AccumulateRows4 below covers all of hdp)
 //   RowMax(s), RowSum(s)           over kBk values
 //   Exp2Row(s, m)                  s[c] = 2^(s[c] − m) for kBk values
 //   Scale(o, n, c)                 o[0..n) *= c (n a multiple of 8)
@@ -32,6 +33,16 @@ struct Scratch {
   std::vector<int64_t> keys;
   std::vector<float> kt, v, q, s, o, m, l;
 };
+
+// o[r*hdp + d] += Σ_{j<nk} p[r*kBk + j]·v[j*hdp + d] for 4 rows and every d < hdp (a multiple of 8),
+// in column slices of 24 that keep a 4-row tile's accumulators in registers.
+template <class Simd>
+void AccumulateRows4(const float* p, const float* v, int64_t hdp, int64_t nk, float* o) {
+  int64_t d = 0;
+  for (; d + 24 <= hdp; d += 24) Simd::template Accumulate<24>(p, v + d, hdp, nk, o + d);
+  if (hdp - d == 16) Simd::template Accumulate<16>(p, v + d, hdp, nk, o + d);
+  if (hdp - d == 8) Simd::template Accumulate<8>(p, v + d, hdp, nk, o + d);
+}
 
 // One (sequence b, head h) of BidirectionalAttention.
 template <class Simd>
@@ -94,7 +105,7 @@ void AttendHead(const float* q, const float* k, const float* v, const uint8_t* k
       }
       const float* vblk = w.v.data() + blk * kBk * hdp;
       for (int64_t r = 0; r < nqp; r += 4)
-        Simd::AccumulateRows4(w.s.data() + r * kBk, vblk, hdp, valid, w.o.data() + r * hdp);
+        AccumulateRows4<Simd>(w.s.data() + r * kBk, vblk, hdp, valid, w.o.data() + r * hdp);
     }
     for (int64_t r = 0; r < nq; ++r) {
       float* dst = out + (b * S + i0 + r) * width + h * hd;

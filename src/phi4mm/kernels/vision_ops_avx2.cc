@@ -61,10 +61,11 @@ struct Avx2Tiles {
       _mm256_storeu_ps(s + r * kBk + 8, a[r][1]);
     }
   }
-  // o[r * hdp + w*8 ..] += sum_j p[r * kBk + j] * v[j * hdp + w*8 ..] for 4 rows, W vectors of 8
-  // columns, j < nk.
-  template <int W>
+  // o[r * hdp + c] += sum_j p[r * kBk + j] * v[j * hdp + c] for 4 rows and the first Cols columns
+  // (8, 16 or 24: W = Cols / 8 vectors), j < nk.
+  template <int Cols>
   static void Accumulate(const float* p, const float* v, int64_t hdp, int64_t nk, float* o) {
+    constexpr int W = Cols / 8;
     __m256 a[4][W];
     for (int r = 0; r < 4; ++r)
       for (int w = 0; w < W; ++w) a[r][w] = _mm256_loadu_ps(o + r * hdp + w * 8);
@@ -78,12 +79,6 @@ struct Avx2Tiles {
     }
     for (int r = 0; r < 4; ++r)
       for (int w = 0; w < W; ++w) _mm256_storeu_ps(o + r * hdp + w * 8, a[r][w]);
-  }
-  static void AccumulateRows4(const float* p, const float* v, int64_t hdp, int64_t nk, float* o) {
-    int64_t d = 0;
-    for (; d + 24 <= hdp; d += 24) Accumulate<3>(p, v + d, hdp, nk, o + d);
-    if (hdp - d == 16) Accumulate<2>(p, v + d, hdp, nk, o + d);
-    if (hdp - d == 8) Accumulate<1>(p, v + d, hdp, nk, o + d);
   }
   static float RowMax(const float* s) {
     __m256 mx = _mm256_set1_ps(-INFINITY);

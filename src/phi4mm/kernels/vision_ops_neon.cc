@@ -51,10 +51,11 @@ struct NeonTiles {
     for (int r = 0; r < 6; ++r)
       for (int c = 0; c < 4; ++c) vst1q_f32(s + r * kBk + 4 * c, a[r][c]);
   }
-  // o[r * hdp + w*4 ..] += sum_j p[r * kBk + j] * v[j * hdp + w*4 ..] for 4 rows, W vectors of 4
-  // columns, j < nk.
-  template <int W>
+  // o[r * hdp + c] += sum_j p[r * kBk + j] * v[j * hdp + c] for 4 rows and the first Cols columns
+  // (8, 16 or 24: W = Cols / 4 vectors), j < nk.
+  template <int Cols>
   static void Accumulate(const float* p, const float* v, int64_t hdp, int64_t nk, float* o) {
+    constexpr int W = Cols / 4;
     float32x4_t a[4][W];
     for (int r = 0; r < 4; ++r)
       for (int w = 0; w < W; ++w) a[r][w] = vld1q_f32(o + r * hdp + w * 4);
@@ -68,12 +69,6 @@ struct NeonTiles {
     }
     for (int r = 0; r < 4; ++r)
       for (int w = 0; w < W; ++w) vst1q_f32(o + r * hdp + w * 4, a[r][w]);
-  }
-  static void AccumulateRows4(const float* p, const float* v, int64_t hdp, int64_t nk, float* o) {
-    int64_t d = 0;
-    for (; d + 24 <= hdp; d += 24) Accumulate<6>(p, v + d, hdp, nk, o + d);
-    if (hdp - d == 16) Accumulate<4>(p, v + d, hdp, nk, o + d);
-    if (hdp - d == 8) Accumulate<2>(p, v + d, hdp, nk, o + d);
   }
   static float RowMax(const float* s) {
     float32x4_t mx = vdupq_n_f32(-INFINITY);

@@ -35,11 +35,10 @@ Result<LoraLinear> LoraLinear::Load(const Checkpoint& ckpt, const ModelConfig& c
   LoraLinear l;
   PHI4MM_ASSIGN_OR_RETURN(l.base_, LoadWeight(ckpt, prefix + ".weight", {out_features, in_features}, out_features,
                                               in_features, base_format, pool));
-  const std::optional<WeightFormat> af = adapter_format;
-  PHI4MM_ASSIGN_OR_RETURN(l.vision_,
-                          LoadAdapter(ckpt, cfg.vision_lora, prefix, "vision", out_features, in_features, af, pool));
-  PHI4MM_ASSIGN_OR_RETURN(l.speech_,
-                          LoadAdapter(ckpt, cfg.speech_lora, prefix, "speech", out_features, in_features, af, pool));
+  PHI4MM_ASSIGN_OR_RETURN(l.vision_, LoadAdapter(ckpt, cfg.vision_lora, prefix, "vision", out_features, in_features,
+                                                  adapter_format, pool));
+  PHI4MM_ASSIGN_OR_RETURN(l.speech_, LoadAdapter(ckpt, cfg.speech_lora, prefix, "speech", out_features, in_features,
+                                                  adapter_format, pool));
   return l;
 }
 
