@@ -169,6 +169,10 @@ BENCHMARK(BM_TileShape)
           b->Args({f, 16384, 3072, 256, rn.first, rn.second});
       for (int f : {1, 3, 4})
         for (int r : {1, 2, 4}) b->Args({f, 16384, 3072, 1, r, 1});
+      for (int f : {3, 4})
+        for (int n : {4, 8})
+          for (const auto& rn : {std::pair<int, int>{1, 4}, {2, 4}, {3, 4}, {4, 4}, {4, 2}, {2, 2}})
+            b->Args({f, 16384, 3072, n, rn.first, rn.second});
     })
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -69,4 +69,12 @@ double LinearMacsPerToken(const Decoder& dec) {
   return m;
 }
 
+double ComputeCeilingGops(const Decoder& dec, const MachinePeaks& peaks) {
+  switch (dec.layers().front().gate_up.base().format()) {
+    case WeightFormat::kQ4K: return 2 * peaks.int8_gmac_per_s;
+    case WeightFormat::kQ8_0: return 2 * peaks.int8_q8_gmac_per_s;
+    default: return peaks.f32_gflop_per_s;
+  }
+}
+
 }  // namespace phi4mm::cli

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "phi4mm/kernels/machine_peaks.h"
 #include "phi4mm/models/decoder.h"
 
 namespace phi4mm::cli {
@@ -27,5 +28,9 @@ double AdapterBytes(const Decoder& dec, LoraMode mode);
 double DecodeWeightBytes(const Decoder& dec, LoraMode mode);
 // Linear multiply-adds per decoder position (base matrices only).
 double LinearMacsPerToken(const Decoder& dec);
+// The prefill compute ceiling in GOP/s (2 per multiply-add) for the decoder's bulk format, that of
+// its MLP gate_up matrices: the int8 peak of the matching tile's instruction mix for Q4_K / Q8_0
+// (q4m keeps Q4_K there), the f32 FMA peak for float weights.
+double ComputeCeilingGops(const Decoder& dec, const MachinePeaks& peaks);
 
 }  // namespace phi4mm::cli

@@ -92,7 +92,8 @@ int BenchCommand(const BenchFlags& f) {
                   {"isa", peaks.isa},
                   {"read_gb_per_s", peaks.read_gb_per_s},
                   {"f32_gflop_per_s", peaks.f32_gflop_per_s},
-                  {"int8_gmac_per_s", peaks.int8_gmac_per_s}};
+                  {"int8_gmac_per_s", peaks.int8_gmac_per_s},
+                  {"int8_q8_gmac_per_s", peaks.int8_q8_gmac_per_s}};
 
   LoadOptions lo;
   lo.num_threads = f.model.threads;
@@ -110,9 +111,7 @@ int BenchCommand(const BenchFlags& f) {
   const Decoder& dec = model->decoder();
   const TextConfig& tc = dec.config();
   const int64_t vocab = model->embedding().vocab_size();
-  const bool block = IsBlockFormat(dec.layers().front().qkv.base().format());
-  // Compute ceiling: int8 multiply-adds for block formats, f32 FMA otherwise (ops = 2 per MAC).
-  const double compute_gops = block ? 2 * peaks.int8_gmac_per_s : peaks.f32_gflop_per_s;
+  const double compute_gops = ComputeCeilingGops(dec, peaks);
   std::mt19937 rng(1234);
 
   // Warm-up: page in and touch every decoder weight once.
@@ -290,8 +289,11 @@ int BenchCommand(const BenchFlags& f) {
     return 0;
   }
   const auto& m = j["machine"];
-  std::printf("machine: %d threads (kernels %s), read %.1f GB/s, f32 %.1f GFLOP/s, int8 %.1f GMAC/s\n",
+  std::printf("machine: %d threads (kernels %s), read %.1f GB/s, f32 %.1f GFLOP/s, int8 %.1f GMAC/s",
               m["threads"].get<int>(), peaks.isa, read_gbps, peaks.f32_gflop_per_s, peaks.int8_gmac_per_s);
+  if (peaks.int8_q8_gmac_per_s != peaks.int8_gmac_per_s)
+    std::printf(" (Q8_0 tile's mix %.1f)", peaks.int8_q8_gmac_per_s);
+  std::printf("\n");
   std::printf("model: %s, quant %s, KV %s, loaded in %.2f s\n", f.model.dir.c_str(), quant_label.c_str(),
               KvDTypeName(dec.kv_dtype()), j["load_seconds"].get<double>());
   std::printf("%-28s %12s %12s %8s\n", "figure", "measured", "ceiling", "ratio");

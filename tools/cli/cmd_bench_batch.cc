@@ -274,8 +274,7 @@ int BatchBenchCommand(const BenchFlags& f) {
   // Warm-up: page in every decoder weight and both adapters.
   RunBatch(**engine, rng, 3, 8, 2, {LoraMode::kNone, LoraMode::kVision, LoraMode::kSpeech}, nullptr);
 
-  const bool block = IsBlockFormat(dec.layers().front().qkv.base().format());
-  const double compute_gops = block ? 2 * peaks.int8_gmac_per_s : peaks.f32_gflop_per_s;
+  const double compute_gops = ComputeCeilingGops(dec, peaks);
   const double read_gbps = std::max(peaks.read_gb_per_s, MeasureReadBandwidth(model->pool(), PeakOptions{}));
   const double step_bytes = DecodeWeightBytes(dec, LoraMode::kNone);
   const double flop_per_row = 2 * LinearMacsPerToken(dec) + 2.0 * static_cast<double>(dec.lm_head().rows()) *

@@ -20,6 +20,11 @@ struct MachinePeaks {
   double read_gb_per_s = 0;    // 1e9 bytes per second, all threads together
   double f32_gflop_per_s = 0;  // FMA counted as 2 FLOP
   double int8_gmac_per_s = 0;  // u8 x s8 multiply-adds
+  // The same for the Q8_0 tile's instruction mix where it differs: on AVX2 (no VNNI) every 32
+  // MACs of a Q8_0 x A8 pair also pay a vpmaddwd widening (the per-32 scales leave no room for
+  // int16 accumulation), on the multiply port(s) vpmaddubsw uses. Equal to int8_gmac_per_s on the
+  // other tables, whose Q8_0 and Q4_K tiles use the same instruction.
+  double int8_q8_gmac_per_s = 0;
   const char* isa = "";        // the process's kernel ISA (IsaName(ActiveIsa()))
 };
 
@@ -48,6 +53,10 @@ float FmaLoopAvx2(int64_t iters, float seed);
 // vpaddw accumulator on AVX2, the instruction mix of the AVX2 Q4_K tile.
 int32_t Int8LoopScalar(int64_t iters, int32_t seed);
 int32_t Int8LoopAvx2(int64_t iters, int32_t seed);
+// The same 8 chains with a vpmaddwd by ones after each vpmaddubsw and int32 accumulation (256 MAC
+// per iteration): the two-multiply pair the AVX2 Q8_0 tile pays per 32 MACs. Not part of
+// MeasureMachinePeaks; phi4mm_kernels_bench's Int8Mix sets it beside Int8LoopAvx2.
+int32_t Int8PairLoopAvx2(int64_t iters, int32_t seed);
 // `iters` iterations of 12 independent ymm vpdpbusd chains (384 MAC each), the AVX-512 Q4_K tile's
 // instruction (12 chains cover its latency at two per cycle).
 inline constexpr int kInt8LoopVnniMacs = 384;

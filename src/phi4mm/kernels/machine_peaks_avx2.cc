@@ -1,7 +1,9 @@
 // AVX2 + FMA kernels of MeasureMachinePeaks (compiled with -mavx2 -mfma -mf16c; called only when
 // the CPU has them): a streaming read with four independent 256-bit integer adds per 128 bytes, 12
 // independent vfmadd231ps chains, and 8 independent vpmaddubsw -> vpaddw chains (the instruction
-// mix of the AVX2 Q4_K tile: one multiply per 32 MACs, int16 accumulation).
+// mix of the AVX2 Q4_K tile: one multiply per 32 MACs, int16 accumulation); and, for the
+// kernel benchmark only, the same chains with a vpmaddwd widening after each product (the AVX2
+// Q8_0 tile's pair: its per-32 scales leave no room for int16 accumulation).
 #include <immintrin.h>
 
 #include "phi4mm/kernels/machine_peaks.h"
@@ -68,6 +70,47 @@ int32_t Int8LoopAvx2(int64_t iters, int32_t seed) {
   const __m256i s32 = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
   alignas(32) int32_t v[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(v), s32);
+  return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+}
+
+int32_t Int8PairLoopAvx2(int64_t iters, int32_t seed) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  const __m256i x0 = _mm256_set1_epi8(static_cast<char>(seed)), x1 = _mm256_set1_epi8(static_cast<char>(seed + 1));
+  const __m256i w = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < iters; ++i)
+    __asm__ volatile(
+        "vpmaddubsw %[w], %[x0], %%ymm12\n\t"
+        "vpmaddwd %[o], %%ymm12, %%ymm12\n\t"
+        "vpaddd %%ymm12, %[a0], %[a0]\n\t"
+        "vpmaddubsw %[w], %[x1], %%ymm13\n\t"
+        "vpmaddwd %[o], %%ymm13, %%ymm13\n\t"
+        "vpaddd %%ymm13, %[a1], %[a1]\n\t"
+        "vpmaddubsw %[w], %[x0], %%ymm14\n\t"
+        "vpmaddwd %[o], %%ymm14, %%ymm14\n\t"
+        "vpaddd %%ymm14, %[a2], %[a2]\n\t"
+        "vpmaddubsw %[w], %[x1], %%ymm15\n\t"
+        "vpmaddwd %[o], %%ymm15, %%ymm15\n\t"
+        "vpaddd %%ymm15, %[a3], %[a3]\n\t"
+        "vpmaddubsw %[w], %[x0], %%ymm12\n\t"
+        "vpmaddwd %[o], %%ymm12, %%ymm12\n\t"
+        "vpaddd %%ymm12, %[a4], %[a4]\n\t"
+        "vpmaddubsw %[w], %[x1], %%ymm13\n\t"
+        "vpmaddwd %[o], %%ymm13, %%ymm13\n\t"
+        "vpaddd %%ymm13, %[a5], %[a5]\n\t"
+        "vpmaddubsw %[w], %[x0], %%ymm14\n\t"
+        "vpmaddwd %[o], %%ymm14, %%ymm14\n\t"
+        "vpaddd %%ymm14, %[a6], %[a6]\n\t"
+        "vpmaddubsw %[w], %[x1], %%ymm15\n\t"
+        "vpmaddwd %[o], %%ymm15, %%ymm15\n\t"
+        "vpaddd %%ymm15, %[a7], %[a7]\n\t"
+        : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4), [a5] "+x"(a5),
+          [a6] "+x"(a6), [a7] "+x"(a7)
+        : [x0] "x"(x0), [x1] "x"(x1), [w] "x"(w), [o] "x"(ones)
+        : "xmm12", "xmm13", "xmm14", "xmm15");
+  const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                                     _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
+  alignas(32) int32_t v[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(v), s);
   return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
 }
 
