@@ -3,7 +3,8 @@
 // pool's threads together, the f32 FMA peak, and the int8 multiply-add peak measured with the
 // instruction the Q4_K GEMM tile of the process's ISA uses (vpdpbusd on AVX-512, vpmaddubsw ->
 // int16 add chains on AVX2, sdot on NEON with dot product, smull + sadalp on plain NEON), counted
-// as 8-bit multiply-adds either way. Each figure
+// as 8-bit multiply-adds either way, and on AVX2 also that of the Q8_0 tile's instruction pair
+// (vpmaddubsw -> vpmaddwd). Each figure
 // is the best of several short trials after a warm-up, so it is a ceiling, not an average. Takes a
 // fraction of a second to a few seconds.
 #pragma once
@@ -54,8 +55,8 @@ float FmaLoopAvx2(int64_t iters, float seed);
 int32_t Int8LoopScalar(int64_t iters, int32_t seed);
 int32_t Int8LoopAvx2(int64_t iters, int32_t seed);
 // The same 8 chains with a vpmaddwd by ones after each vpmaddubsw and int32 accumulation (256 MAC
-// per iteration): the two-multiply pair the AVX2 Q8_0 tile pays per 32 MACs. Not part of
-// MeasureMachinePeaks; phi4mm_kernels_bench's Int8Mix sets it beside Int8LoopAvx2.
+// per iteration): the two-multiply pair the AVX2 Q8_0 tile pays per 32 MACs, measured by
+// MeasureMachinePeaks as int8_q8_gmac_per_s.
 int32_t Int8PairLoopAvx2(int64_t iters, int32_t seed);
 // `iters` iterations of 12 independent ymm vpdpbusd chains (384 MAC each), the AVX-512 Q4_K tile's
 // instruction (12 chains cover its latency at two per cycle).

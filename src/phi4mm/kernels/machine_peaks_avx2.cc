@@ -1,9 +1,9 @@
 // AVX2 + FMA kernels of MeasureMachinePeaks (compiled with -mavx2 -mfma -mf16c; called only when
 // the CPU has them): a streaming read with four independent 256-bit integer adds per 128 bytes, 12
 // independent vfmadd231ps chains, and 8 independent vpmaddubsw -> vpaddw chains (the instruction
-// mix of the AVX2 Q4_K tile: one multiply per 32 MACs, int16 accumulation); and, for the
-// kernel benchmark only, the same chains with a vpmaddwd widening after each product (the AVX2
-// Q8_0 tile's pair: its per-32 scales leave no room for int16 accumulation).
+// mix of the AVX2 Q4_K tile: one multiply per 32 MACs, int16 accumulation); and the same chains
+// with a vpmaddwd widening after each product (the AVX2 Q8_0 tile's pair: its per-32 scales leave
+// no room for int16 accumulation).
 #include <immintrin.h>
 
 #include "phi4mm/kernels/machine_peaks.h"
