@@ -231,7 +231,7 @@ struct Source {
   const uint8_t* scale_ptr(int64_t t, int64_t g) const { return scale(t, g); }
 };
 
-constexpr int64_t kFlashRows = 48;  // query rows (positions x heads of a group) per flash block
+constexpr int64_t kFlashRows = 96;  // query rows (positions x heads of a group) per flash block
 constexpr int64_t kKeyTile = 64;    // cached rows per flash tile
 
 void RunFlash(const Source& K, const Source& V, const float* q, int64_t past, int64_t S, const AttentionShape& sh,
