@@ -9,13 +9,15 @@
 namespace phi4mm::avx2 {
 namespace {
 
-// The sum of the 8 floats of v, as ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)).
-inline float HSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+// The sum of the 4 floats of v, as (v0+v2) + (v1+v3).
+inline float HSum(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_movehdup_ps(v));
+  return _mm_cvtss_f32(v);
 }
+
+// The sum of the 8 floats of v, as ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)).
+inline float HSum(__m256 v) { return HSum(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))); }
 
 }  // namespace
 }  // namespace phi4mm::avx2

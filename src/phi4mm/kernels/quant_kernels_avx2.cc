@@ -246,10 +246,7 @@ struct Q4KImpl {
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) {
         float y = HSum(acc[r][i]);
-        if constexpr (N == 1) {
-          const __m128 m = _mm_add_ps(accm[r], _mm_movehl_ps(accm[r], accm[r]));
-          y += _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
-        }
+        if constexpr (N == 1) y += HSum(accm[r]);
         Store(t, r, i, y);
       }
   }
