@@ -36,12 +36,23 @@ inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
 // prefetcher to ramp up on each. So while block b of this tile is computed, the matching slice of
 // a later tile's bytes is prefetched: `step` bytes per block, one or two tiles ahead. Prefetches
 // past the end of the matrix are harmless (they never fault).
-inline void PrefetchNextTile(const TileArgs& t, int R, int64_t b, int64_t step) {
-  const int64_t tile_bytes = R * static_cast<int64_t>(t.w_stride);
-  const int64_t ahead = 1 + 12288 / tile_bytes;  // at least ~12 KB ahead: 2 tiles of short rows
-  const char* p = reinterpret_cast<const char*>(t.w) + ahead * tile_bytes + b * step;
-  for (int64_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-}
+class TilePrefetch {
+ public:
+  // `step`: the bytes prefetched per At() call. The distance costs a division: once per tile.
+  TilePrefetch(const TileArgs& t, int R, int64_t step) : step_(step) {
+    const int64_t tile_bytes = R * static_cast<int64_t>(t.w_stride);
+    const int64_t ahead = 1 + 12288 / tile_bytes;  // at least ~12 KB ahead: 2 tiles of short rows
+    base_ = reinterpret_cast<const char*>(t.w) + ahead * tile_bytes;
+  }
+  void At(int64_t b) const {
+    const char* p = base_ + b * step_;
+    for (int64_t o = 0; o < step_; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  }
+
+ private:
+  const char* base_;
+  int64_t step_;
+};
 
 struct F32Loader {
   static constexpr int kBytes = 4;
@@ -84,9 +95,10 @@ struct FloatImpl {
     const float* x[N];
     for (int i = 0; i < N; ++i) x[i] = reinterpret_cast<const float*>(t.a + i * t.a_stride);
     const int64_t k8 = t.cols & ~int64_t{7};
+    const TilePrefetch pf(t, R, R * 32 * L::kBytes);
     for (int64_t k = 0; k < k8; k += 8) {
       if (N == 1 || t.prefetch) {
-        if (k % 32 == 0) PrefetchNextTile(t, R, k / 32, R * 32 * L::kBytes);
+        if (k % 32 == 0) pf.At(k / 32);
       }
       __m256 w[R];
       for (int r = 0; r < R; ++r) w[r] = L::Load(t.w + r * t.w_stride, k);
@@ -118,9 +130,10 @@ struct Q8Impl {
     for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8*>(t.a + i * t.a_stride);
     const __m256i ones = _mm256_set1_epi16(1);
     const int64_t nb = CeilDiv(t.cols, kQ8Block);
+    const TilePrefetch pf(t, R, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
     for (int64_t b = 0; b < nb; ++b) {
       if (N == 1 || t.prefetch) {
-        if (b % 2 == 0) PrefetchNextTile(t, R, b / 2, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
+        if (b % 2 == 0) pf.At(b / 2);
       }
       for (int r = 0; r < R; ++r) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs));
@@ -194,8 +207,9 @@ struct Q4KImpl {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i ones = _mm256_set1_epi16(1);
     const int64_t nb = CeilDiv(t.cols, kQ4KBlock);
+    const TilePrefetch pf(t, R, R * static_cast<int64_t>(sizeof(BlockQ4K)));
     for (int64_t b = 0; b < nb; ++b) {
-      if (N == 1 || t.prefetch) PrefetchNextTile(t, R, b, R * static_cast<int64_t>(sizeof(BlockQ4K)));
+      if (N == 1 || t.prefetch) pf.At(b);
       __m256i s16[R][N];
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {

@@ -35,42 +35,65 @@ inline int64_t Blocks(int64_t cols) { return (cols + kQ4KBlock - 1) / kQ4KBlock;
 // The GEMV prefetch of the AVX2 table: while block b of this tile is computed, the same slice of
 // a tile at least ~12 KB ahead is prefetched (rows of a few KB are too short for the hardware
 // stream prefetcher to ramp up on each). Prefetches past the end of the matrix never fault.
-inline void PrefetchNextTile(const TileArgs& t, int R, int64_t b, int64_t step) {
-  const int64_t tile_bytes = R * static_cast<int64_t>(t.w_stride);
-  const int64_t ahead = 1 + 12288 / tile_bytes;
-  const char* p = reinterpret_cast<const char*>(t.w) + ahead * tile_bytes + b * step;
-  for (int64_t o = 0; o < step; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-}
+class TilePrefetch {
+ public:
+  // `step`: the bytes prefetched per At() call. The distance costs a division: once per tile.
+  TilePrefetch(const TileArgs& t, int R, int64_t step) : step_(step) {
+    const int64_t tile_bytes = R * static_cast<int64_t>(t.w_stride);
+    const int64_t ahead = 1 + 12288 / tile_bytes;
+    base_ = reinterpret_cast<const char*>(t.w) + ahead * tile_bytes;
+  }
+  void At(int64_t b) const {
+    const char* p = base_ + b * step_;
+    for (int64_t o = 0; o < step_; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  }
+
+ private:
+  const char* base_;
+  int64_t step_;
+};
 
 // Q4_K x A8K with vpdpbusd on ymm: per block and (weight row, activation row) 8 vpdpbusd into
 // int32 lanes = sub-blocks (at most 32 * 15 * 127 per lane), then the float tail of the AVX2 tile:
 // acc += (isum * (d*sc) - (dmin*mn) * bsum) * da. Per weight row and 64-position chunk the nibbles
 // are unpacked once (low and high half) and reused for the N activation rows, whose bytes are the
 // memory operands of vpdpbusd. Live registers: R*N int32 sums, R*N float accumulators, 2*R
-// unpacked halves and the nibble mask.
+// unpacked halves and the nibble mask. Every loop over r and i is unrolled by pragma (here and in
+// the Q8_0 tile): otherwise GCC keeps acc and s32 as stack arrays and stores them every block
+// (27 stack stores per block in the 3x4 tile before, 6 after; 2x8 on 8 rows, one thread: best
+// 76.7 -> 82.4 GMAC/s, and 83.3 -> 91.3 for 3x4, with the per-tile prefetch distance 87.7 / 92.3).
 struct Q4KVnniImpl {
   template <int R, int N>
   static void Run(const TileArgs& t) {
     __m256 acc[R][N];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
       for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
     const BlockQ4K* w[R];
     const BlockA8K* a[N];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ4K*>(t.w + r * t.w_stride);
+#pragma GCC unroll 8
     for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8K*>(t.a + i * t.a_stride);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const int64_t nb = Blocks(t.cols);
+    const TilePrefetch pf(t, R, R * static_cast<int64_t>(sizeof(BlockQ4K)));
     for (int64_t b = 0; b < nb; ++b) {
-      if (N == 1 || t.prefetch) PrefetchNextTile(t, R, b, R * static_cast<int64_t>(sizeof(BlockQ4K)));
+      if (N == 1 || t.prefetch) pf.At(b);
       __m256i s32[R][N];
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
         for (int i = 0; i < N; ++i) s32[r][i] = _mm256_setzero_si256();
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs + c * 32));
           const __m256i lo = _mm256_and_si256(bits, m4);
           const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+#pragma GCC unroll 8
           for (int i = 0; i < N; ++i) {
             const __m256i* aq = reinterpret_cast<const __m256i*>(a[i][b].qs + c * 64);
             s32[r][i] = _mm256_dpbusd_epi32(s32[r][i], lo, _mm256_loadu_si256(aq));
@@ -79,23 +102,28 @@ struct Q4KVnniImpl {
         }
       }
       __m256 dsc[R], dmn[R];
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].scales)));
         const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].mins)));
         dsc[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(sc), _mm256_set1_ps(_cvtsh_ss(w[r][b].d)));
         dmn[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(_cvtsh_ss(w[r][b].dmin)));
       }
+#pragma GCC unroll 8
       for (int i = 0; i < N; ++i) {
         const __m256 da = _mm256_broadcast_ss(&a[i][b].d);
         const __m256 bs = _mm256_cvtepi32_ps(
             _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i][b].bsums))));
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const __m256 v = _mm256_fnmadd_ps(dmn[r], bs, _mm256_mul_ps(_mm256_cvtepi32_ps(s32[r][i]), dsc[r]));
           acc[r][i] = _mm256_fmadd_ps(v, da, acc[r][i]);
         }
       }
     }
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
       for (int i = 0; i < N; ++i) Store(t, r, i, HSum8(acc[r][i]));
   }
 };
@@ -112,35 +140,45 @@ struct Q8VnniImpl {
   template <int R, int N>
   static void Run(const TileArgs& t) {
     __m256 acc[R][N];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
       for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
     const BlockQ8_0* w[R];
     const BlockA8* a[N];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
+#pragma GCC unroll 8
     for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8*>(t.a + i * t.a_stride);
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     const int64_t nb = (t.cols + kQ8Block - 1) / kQ8Block;
+    const TilePrefetch pf(t, R, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
     for (int64_t b = 0; b < nb; ++b) {
       if (N == 1 || t.prefetch) {
-        if (b % 2 == 0) PrefetchNextTile(t, R, b / 2, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
+        if (b % 2 == 0) pf.At(b / 2);
       }
       __m256i wv[R], start[R];
       __m256 dw[R];
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs));
         start[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), flip, wv[r]));
         dw[r] = _mm256_set1_ps(_cvtsh_ss(w[r][b].d));
       }
+#pragma GCC unroll 8
       for (int i = 0; i < N; ++i) {
         const __m256i au = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i][b].qs)), flip);
         const __m256 da = _mm256_broadcast_ss(&a[i][b].d);
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const __m256i p = _mm256_dpbusd_epi32(start[r], au, wv[r]);
           acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw[r], da), acc[r][i]);
         }
       }
     }
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
       for (int i = 0; i < N; ++i) Store(t, r, i, HSum8(acc[r][i]));
   }
 };

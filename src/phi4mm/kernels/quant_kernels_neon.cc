@@ -23,7 +23,7 @@ namespace phi4mm {
 
 namespace {
 
-using neon::PrefetchNextTile;
+using neon::TilePrefetch;
 using neon::Store;
 using neon::Tile;
 
@@ -66,9 +66,10 @@ struct FloatImpl {
     const float* x[N];
     for (int i = 0; i < N; ++i) x[i] = reinterpret_cast<const float*>(t.a + i * t.a_stride);
     const int64_t k8 = t.cols & ~int64_t{7};
+    const TilePrefetch pf(t, R, R * 32 * L::kBytes);
     for (int64_t k = 0; k < k8; k += 8) {
       if (N == 1 || t.prefetch) {
-        if (k % 32 == 0) PrefetchNextTile(t, R, k / 32, R * 32 * L::kBytes);
+        if (k % 32 == 0) pf.At(k / 32);
       }
       float32x4_t w0[R], w1[R];
       for (int r = 0; r < R; ++r) {
@@ -112,9 +113,10 @@ struct Q8Impl {
     for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
     for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8*>(t.a + i * t.a_stride);
     const int64_t nb = CeilDiv(t.cols, kQ8Block);
+    const TilePrefetch pf(t, R, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
     for (int64_t b = 0; b < nb; ++b) {
       if (N == 1 || t.prefetch) {
-        if (b % 2 == 0) PrefetchNextTile(t, R, b / 2, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
+        if (b % 2 == 0) pf.At(b / 2);
       }
       for (int r = 0; r < R; ++r) {
         const int8x16_t w0 = vld1q_s8(w[r][b].qs), w1 = vld1q_s8(w[r][b].qs + 16);
@@ -142,8 +144,9 @@ struct Q4KImpl {
     for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8K*>(t.a + i * t.a_stride);
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
     const int64_t nb = CeilDiv(t.cols, kQ4KBlock);
+    const TilePrefetch pf(t, R, R * static_cast<int64_t>(sizeof(BlockQ4K)));
     for (int64_t b = 0; b < nb; ++b) {
-      if (N == 1 || t.prefetch) PrefetchNextTile(t, R, b, R * static_cast<int64_t>(sizeof(BlockQ4K)));
+      if (N == 1 || t.prefetch) pf.At(b);
       // s[q]: int16 sums of the 8-byte quarter q of a 32-position group: q = 0, 1 sub-blocks 0-3,
       // q = 2, 3 sub-blocks 4-7 (two sub-blocks per quarter).
       int16x8_t s[R][N][4];

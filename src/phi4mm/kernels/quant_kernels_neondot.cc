@@ -18,7 +18,7 @@ namespace phi4mm {
 
 namespace {
 
-using neon::PrefetchNextTile;
+using neon::TilePrefetch;
 using neon::Store;
 using neon::Tile;
 
@@ -37,9 +37,10 @@ struct Q8DotImpl {
     for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
     for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8*>(t.a + i * t.a_stride);
     const int64_t nb = CeilDiv(t.cols, kQ8Block);
+    const TilePrefetch pf(t, R, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
     for (int64_t b = 0; b < nb; ++b) {
       if (N == 1 || t.prefetch) {
-        if (b % 2 == 0) PrefetchNextTile(t, R, b / 2, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
+        if (b % 2 == 0) pf.At(b / 2);
       }
       for (int r = 0; r < R; ++r) {
         const int8x16_t w0 = vld1q_s8(w[r][b].qs), w1 = vld1q_s8(w[r][b].qs + 16);
@@ -68,8 +69,9 @@ struct Q4KDotImpl {
     for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8K*>(t.a + i * t.a_stride);
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
     const int64_t nb = CeilDiv(t.cols, kQ4KBlock);
+    const TilePrefetch pf(t, R, R * static_cast<int64_t>(sizeof(BlockQ4K)));
     for (int64_t b = 0; b < nb; ++b) {
-      if (N == 1 || t.prefetch) PrefetchNextTile(t, R, b, R * static_cast<int64_t>(sizeof(BlockQ4K)));
+      if (N == 1 || t.prefetch) pf.At(b);
       int32x4_t s_lo[R][N], s_hi[R][N];  // int32 sums of sub-blocks 0-3 and 4-7
       for (int r = 0; r < R; ++r)
         for (int i = 0; i < N; ++i) s_lo[r][i] = s_hi[r][i] = vdupq_n_s32(0);
