@@ -198,7 +198,9 @@ Result<int> Server::Start() {
     s.SendError(res, ServerError("internal error: " + what));
   });
 
-  s.http.set_logger([&s](const httplib::Request& req, const httplib::Response& res) {
+  // Counted before the response is written (httplib runs the post-routing handler then, and the
+  // logger only after the last byte is sent): a client that has its answer sees it in /metrics.
+  s.http.set_post_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
     s.metrics.CountRequest(EndpointLabel(req.path), res.status);
   });
 
