@@ -134,7 +134,7 @@ BENCHMARK(BM_GemvCold)
     ->Apply([](auto* b) {
       for (int f : {1, 3, 4})
         for (const auto& s : {std::pair<int64_t, int64_t>{16384, 3072}, {3072, 8192}, {5120, 3072}})
-          for (int64_t n : {1, 4}) b->Args({f, s.first, s.second, n});
+          for (int64_t n : {1, 4, 8}) b->Args({f, s.first, s.second, n});
       // The LoRA factors of the real adapters (rank 256 vision, 320 speech): B's short rows, A's few rows.
       for (int f : {1, 3})
         for (const auto& s : {std::pair<int64_t, int64_t>{16384, 320}, {5120, 256}, {320, 8192}, {256, 3072}})
