@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "phi4mm/kernels/quant_kernels.h"
+#include "phi4mm/kernels/tile_prefetch.h"
 
 namespace phi4mm::neon {
 namespace {
@@ -52,26 +53,6 @@ void Tile(const TileArgs& t) {
     default: return Impl::template Run<4, 4>(t);
   }
 }
-
-// GEMV streams each weight row once: prefetch the matching slice of a tile ~12 KB ahead while
-// block b of this one runs (as the AVX2 table does; prefetches never fault).
-class TilePrefetch {
- public:
-  // `step`: the bytes prefetched per At() call. The distance costs a division: once per tile.
-  TilePrefetch(const TileArgs& t, int R, int64_t step) : step_(step) {
-    const int64_t tile_bytes = R * static_cast<int64_t>(t.w_stride);
-    const int64_t ahead = 1 + 12288 / tile_bytes;
-    base_ = reinterpret_cast<const char*>(t.w) + ahead * tile_bytes;
-  }
-  void At(int64_t b) const {
-    const char* p = base_ + b * step_;
-    for (int64_t o = 0; o < step_; o += 64) __builtin_prefetch(p + o, 0, 3);
-  }
-
- private:
-  const char* base_;
-  int64_t step_;
-};
 
 }  // namespace
 }  // namespace phi4mm::neon

@@ -17,6 +17,7 @@
 #include "phi4mm/kernels/avx2_reduce.h"
 #include "phi4mm/kernels/quant.h"
 #include "phi4mm/kernels/quant_kernels.h"
+#include "phi4mm/kernels/tile_prefetch.h"
 
 namespace phi4mm {
 
@@ -30,29 +31,6 @@ inline void Store(const TileArgs& t, int r, int i, float v) {
 }
 
 inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
-
-// GEMV streams each weight row once. A tile's R rows are contiguous, and so is the next tile
-// (the driver walks rows in order), but rows of a few KB are too short for the hardware stream
-// prefetcher to ramp up on each. So while block b of this tile is computed, the matching slice of
-// a later tile's bytes is prefetched: `step` bytes per block, one or two tiles ahead. Prefetches
-// past the end of the matrix are harmless (they never fault).
-class TilePrefetch {
- public:
-  // `step`: the bytes prefetched per At() call. The distance costs a division: once per tile.
-  TilePrefetch(const TileArgs& t, int R, int64_t step) : step_(step) {
-    const int64_t tile_bytes = R * static_cast<int64_t>(t.w_stride);
-    const int64_t ahead = 1 + 12288 / tile_bytes;  // at least ~12 KB ahead: 2 tiles of short rows
-    base_ = reinterpret_cast<const char*>(t.w) + ahead * tile_bytes;
-  }
-  void At(int64_t b) const {
-    const char* p = base_ + b * step_;
-    for (int64_t o = 0; o < step_; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-  }
-
- private:
-  const char* base_;
-  int64_t step_;
-};
 
 struct F32Loader {
   static constexpr int kBytes = 4;

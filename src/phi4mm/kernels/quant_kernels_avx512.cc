@@ -11,6 +11,7 @@
 
 #include "phi4mm/kernels/quant.h"
 #include "phi4mm/kernels/quant_kernels.h"
+#include "phi4mm/kernels/tile_prefetch.h"
 
 namespace phi4mm {
 
@@ -31,27 +32,6 @@ inline float HSum8(__m256 v) {
 }
 
 inline int64_t Blocks(int64_t cols) { return (cols + kQ4KBlock - 1) / kQ4KBlock; }
-
-// The GEMV prefetch of the AVX2 table: while block b of this tile is computed, the same slice of
-// a tile at least ~12 KB ahead is prefetched (rows of a few KB are too short for the hardware
-// stream prefetcher to ramp up on each). Prefetches past the end of the matrix never fault.
-class TilePrefetch {
- public:
-  // `step`: the bytes prefetched per At() call. The distance costs a division: once per tile.
-  TilePrefetch(const TileArgs& t, int R, int64_t step) : step_(step) {
-    const int64_t tile_bytes = R * static_cast<int64_t>(t.w_stride);
-    const int64_t ahead = 1 + 12288 / tile_bytes;
-    base_ = reinterpret_cast<const char*>(t.w) + ahead * tile_bytes;
-  }
-  void At(int64_t b) const {
-    const char* p = base_ + b * step_;
-    for (int64_t o = 0; o < step_; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-  }
-
- private:
-  const char* base_;
-  int64_t step_;
-};
 
 // Q4_K x A8K with vpdpbusd on ymm: per block and (weight row, activation row) 8 vpdpbusd into
 // int32 lanes = sub-blocks (at most 32 * 15 * 127 per lane), then the float tail of the AVX2 tile:

@@ -23,7 +23,6 @@ namespace phi4mm {
 
 namespace {
 
-using neon::TilePrefetch;
 using neon::Store;
 using neon::Tile;
 

@@ -1,0 +1,38 @@
+// The GEMV prefetch shared by the tile kernels of every table (AVX2, AVX-512, NEON). It has
+// internal linkage (an anonymous namespace), so each kernel file compiled with its own ISA flags
+// keeps its own copy and the linker can never hand an extended-ISA version to baseline code.
+// Include only from src/phi4mm/kernels/quant_kernels_*.cc and neon_tile.h.
+#pragma once
+
+#include <cstdint>
+
+#include "phi4mm/kernels/quant_kernels.h"
+
+namespace phi4mm {
+namespace {
+
+// GEMV streams each weight row once. A tile's R rows are contiguous, and so is the next tile
+// (the driver walks rows in order), but rows of a few KB are too short for the hardware stream
+// prefetcher to ramp up on each. So while block b of this tile is computed, the matching slice of
+// a later tile's bytes is prefetched: `step` bytes per At() call, at least ~12 KB ahead (two tiles
+// of short rows). The distance costs a division, so it is computed once per tile. Prefetches past
+// the end of the matrix are harmless (they never fault).
+class TilePrefetch {
+ public:
+  TilePrefetch(const TileArgs& t, int R, int64_t step) : step_(step) {
+    const int64_t tile_bytes = R * static_cast<int64_t>(t.w_stride);
+    const int64_t ahead = 1 + 12288 / tile_bytes;
+    base_ = reinterpret_cast<const char*>(t.w) + ahead * tile_bytes;
+  }
+  void At(int64_t b) const {
+    const char* p = base_ + b * step_;
+    for (int64_t o = 0; o < step_; o += 64) __builtin_prefetch(p + o, 0, 3);  // prefetcht0 / prfm pldl1keep
+  }
+
+ private:
+  const char* base_;
+  int64_t step_;
+};
+
+}  // namespace
+}  // namespace phi4mm
