@@ -65,13 +65,20 @@ class Pipeline:
                                                       "audio_projection_mode")})[0]
         return vf, af
 
-    def run(self, ids, vf, af, tokens, gate_map=None):
-        """Logits after the prompt and after each of `tokens`; `gate_map` rewrites the decoder's input_ids."""
+    def run(self, ids, vf, af, tokens, gate_map=None, follow=None):
+        """Logits after the prompt and after each of `tokens[:-1]`, fed one at a time as ORT GenAI feeds them; with
+        `follow`, then the last token and the follow-up ids in one chunk (get_logits, then append_tokens) and the
+        logits after them. `gate_map` rewrites the decoder's input_ids. The chunking is ORT GenAI's own: a prefill
+        of several tokens rounds differently from single-token steps in fp16, so another chunking is not the same
+        computation."""
         z = np.zeros((0, self.hidden), self.dtype)
         past = {f"past_key_values.{l}.{kv}": np.zeros((1, self.kv, 0, self.hd), self.dtype)
                 for l in range(self.layers) for kv in ("key", "value")}
-        out, total, cur = [], 0, list(ids)
-        for step in range(len(tokens) + 1):
+        chunks = [list(ids)] + [[t] for t in tokens[:-1]]
+        if follow is not None:
+            chunks += [[tokens[-1]], list(follow)]
+        out, total = [], 0
+        for step, cur in enumerate(chunks):
             e = self.emb.run(None, {"input_ids": np.array([cur], np.int64), "image_features": vf if step == 0 else z,
                                     "audio_features": af if step == 0 else z})[0]
             gids = [gate_map.get(i, i) for i in cur] if gate_map else cur
@@ -80,8 +87,8 @@ class Pipeline:
                                                          "input_ids": np.array([gids], np.int64), **past})))
             out.append(o["logits"][0, -1].astype(np.float32))
             past = {k.replace("present", "past_key_values"): v for k, v in o.items() if k.startswith("present")}
-            if step < len(tokens):
-                cur = [tokens[step]]
+        if follow is not None:
+            del out[-2]  # the last token's own logits: ORT GenAI computes them but the check never reads them
         return out
 
 
@@ -157,20 +164,15 @@ def main():
         t, og_logits, og_tokens = og_generate(model, proc, prompt, images, audios, args.steps, follow)
         ids = t["input_ids"][0].astype(np.int64).tolist()
         vf, af = pipe.features(t)
-        # The follow-up: the generated tokens, then the appended ones in one chunk (what append_tokens feeds).
-        ref = {}
-        for mode, gmap in force.items():
-            logits = pipe.run(ids, vf, af, og_tokens[:-1], None if mode == expected else gmap)
-            ref[mode] = logits
-        tail_ids = ids + og_tokens
-        ref_follow = {m: follow_up_logits(pipe, tail_ids, vf, af, follow, None if m == expected else force[m])
-                      for m in force}
+        # Each mode's logits at every step, then after the follow-up (the last entry).
+        ref = {mode: pipe.run(ids, vf, af, og_tokens, None if mode == expected else gmap, follow)
+               for mode, gmap in force.items()}
         err = max(rel(og_logits[k], ref[expected][k]) for k in range(args.steps))
-        err_follow = rel(og_logits[-1], ref_follow[expected])
+        err_follow = rel(og_logits[-1], ref[expected][-1])
         # A text prompt has no placeholder to rewrite: its other modes are covered by check_export.py.
-        others = {m: min(max(rel(og_logits[k], ref[m][k]) for k in range(args.steps)), rel(og_logits[-1], ref_follow[m]))
+        others = {m: min(max(rel(og_logits[k], ref[m][k]) for k in range(args.steps)), rel(og_logits[-1], ref[m][-1]))
                   for m in force if m != expected and name != "text"}
-        greedy = [int(np.argmax(l)) for l in ref[expected]] == og_tokens
+        greedy = [int(np.argmax(l)) for l in ref[expected][:args.steps]] == og_tokens
         line = (f"{name:15s} ({len(ids):4d} ids) expected {expected:6s}: ORT GenAI vs pipeline {err:.2e} over "
                 f"{args.steps} steps, follow-up {err_follow:.2e}, greedy {'equal' if greedy else 'DIFFERENT'}"
                 + "".join(f", vs {m} {v:.2e}" for m, v in others.items()))
@@ -190,23 +192,6 @@ def main():
         print(line)
         failed |= bool(err > 1e-4 or err_follow > 1e-4 or not greedy or (others and min(others.values()) < 1e-2))
     sys.exit(1 if failed else 0)
-
-
-def follow_up_logits(pipe, ids, vf, af, follow, gate_map):
-    """Prefill of the prompt + generated tokens, then the follow-up ids in one chunk: its last logits."""
-    z = np.zeros((0, pipe.hidden), pipe.dtype)
-    past = {f"past_key_values.{l}.{kv}": np.zeros((1, pipe.kv, 0, pipe.hd), pipe.dtype)
-            for l in range(pipe.layers) for kv in ("key", "value")}
-    total = 0
-    for chunk, feats in ((ids, (vf, af)), (follow, (z, z))):
-        e = pipe.emb.run(None, {"input_ids": np.array([chunk], np.int64), "image_features": feats[0],
-                                "audio_features": feats[1]})[0]
-        gids = [gate_map.get(i, i) for i in chunk] if gate_map else chunk
-        total += len(chunk)
-        o = dict(zip(pipe.names, pipe.dec.run(None, {"inputs_embeds": e, "attention_mask": np.ones((1, total), np.int64),
-                                                     "input_ids": np.array([gids], np.int64), **past})))
-        past = {k.replace("present", "past_key_values"): v for k, v in o.items() if k.startswith("present")}
-    return o["logits"][0, -1].astype(np.float32)
 
 
 if __name__ == "__main__":
