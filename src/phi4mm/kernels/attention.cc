@@ -315,15 +315,11 @@ void RunRows(const Source& K, const Source& V, const float* q, int64_t past, int
       if (n <= 0) continue;
       scores.resize(static_cast<size_t>(G * n));
       K.Scores(qg, G, t0, g, n, sh.scale, scores.data());
-      for (int h = 0; h < G; ++h) {
-        float* sc = scores.data() + h * n;
-        float mx = -INFINITY;
-        for (int64_t t = 0; t < n; ++t) mx = std::max(mx, sc[t]);
-        double sum = 0;
-        for (int64_t t = 0; t < n; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
-        m[h] = mx;
-        l[h] = static_cast<float>(sum);
-      }
+      // p = exp(s - max) in place with each row's max and sum: the flash tiles' softmax from a
+      // fresh state (no output to rescale yet, hence hdp 0).
+      std::fill(m.begin(), m.end(), -INFINITY);
+      std::fill(l.begin(), l.end(), 0.0f);
+      K.rk.tile_softmax(scores.data(), n, G, n, m.data(), l.data(), o, 0);
       V.Accum(scores.data(), n, G, t0, g, n, o);
       if (nsplit > 1) {
         std::copy(m.begin(), m.end(), part_m.data() + idx * G);

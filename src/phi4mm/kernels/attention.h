@@ -87,6 +87,7 @@ struct RowKernels {
   void (*tile_qk)(const float* q, int64_t rows, const float* k, int64_t n, int64_t hdp, float* s, int64_t lds);
   // Online softmax over s[r][0..n) for r < rows: new max m[r], p = exp(s - m) in place, l[r] = l[r] *
   // alpha + sum p, o[r][0..hdp) *= alpha with alpha = exp(old m - new m). -inf scores give p = 0.
+  // Also the decode rows' softmax (any rows, hdp 0: nothing to rescale).
   void (*tile_softmax)(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* o, int64_t hdp);
   // o[r * hdp + d] += sum_{t < n} p[r * ldp + t] * v[t * hdp + d], r < rows (a multiple of 4).
   void (*tile_pv)(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t n, int64_t hdp, float* o);

@@ -1,12 +1,12 @@
 // AVX2 + FMA kernels behind the vision operators of vision_ops.h (compiled with -mavx2 -mfma -mf16c;
 // reached only through the dispatch in vision_ops.cc when the CPU has them): the register tiles of
 // the flash-style bidirectional attention (flash_attention.h: S = Q K^T by 6x16 tiles, P V by
-// 4x24 tiles) and the tanh-GELU. exp2 is a range-reduced degree-7 polynomial (relative error
-// ~2e-7 over the clamped range [-126, 126]).
+// 4x24 tiles) and the tanh-GELU. exp2 is avx2_exp.h's.
 #include <immintrin.h>
 
 #include <cmath>
 
+#include "phi4mm/kernels/avx2_exp.h"
 #include "phi4mm/kernels/avx2_reduce.h"
 #include "phi4mm/kernels/flash_attention.h"
 #include "phi4mm/kernels/vision_ops.h"
@@ -15,23 +15,7 @@ namespace phi4mm::vision_internal {
 
 namespace {
 
-// 2^x for x in [-126, 126] (clamped): x = n + f with n = round(x), |f| <= 0.5; 2^f by its Taylor
-// series to degree 7; 2^n through the exponent bits.
-inline __m256 Exp2(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-126.0f)), _mm256_set1_ps(126.0f));
-  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_mul_ps(_mm256_sub_ps(x, n), _mm256_set1_ps(0.6931471805599453f));  // f * ln 2
-  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 720.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 120.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 6.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
+using avx2::Exp2;
 
 inline float HMax(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

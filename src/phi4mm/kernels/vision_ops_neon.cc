@@ -2,36 +2,20 @@
 // -march=armv8-a, the baseline; reached through VisionKernelsFor for the neon and neondot ISAs):
 // the register tiles of the flash-style bidirectional attention (flash_attention.h, the algorithm
 // the AVX2 file runs too: S = Q K^T by 6x16 tiles, 24 of AArch64's 32 vector registers as
-// accumulators; P V by 4x24) and the tanh-GELU, with 4-wide vectors. exp2 is the AVX2 file's
-// range-reduced degree-7 polynomial (relative error ~2e-7 over the clamped [-126, 126]).
+// accumulators; P V by 4x24) and the tanh-GELU, with 4-wide vectors. exp2 is neon_exp.h's.
 #include <arm_neon.h>
 
 #include <cmath>
 
 #include "phi4mm/kernels/flash_attention.h"
+#include "phi4mm/kernels/neon_exp.h"
 #include "phi4mm/kernels/vision_ops.h"
 
 namespace phi4mm::vision_internal {
 
 namespace {
 
-// 2^x for x in [-126, 126] (clamped): x = n + f with n = round(x), |f| <= 0.5; 2^f by its Taylor
-// series to degree 7; 2^n through the exponent bits.
-inline float32x4_t Exp2(float32x4_t x) {
-  x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(-126.0f)), vdupq_n_f32(126.0f));
-  const float32x4_t n = vrndnq_f32(x);
-  const float32x4_t f = vmulq_n_f32(vsubq_f32(x, n), 0.6931471805599453f);  // f * ln 2
-  float32x4_t p = vdupq_n_f32(1.0f / 5040.0f);
-  p = vfmaq_f32(vdupq_n_f32(1.0f / 720.0f), p, f);
-  p = vfmaq_f32(vdupq_n_f32(1.0f / 120.0f), p, f);
-  p = vfmaq_f32(vdupq_n_f32(1.0f / 24.0f), p, f);
-  p = vfmaq_f32(vdupq_n_f32(1.0f / 6.0f), p, f);
-  p = vfmaq_f32(vdupq_n_f32(0.5f), p, f);
-  p = vfmaq_f32(vdupq_n_f32(1.0f), p, f);
-  p = vfmaq_f32(vdupq_n_f32(1.0f), p, f);
-  const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127)), 23);
-  return vmulq_f32(p, vreinterpretq_f32_s32(e));
-}
+using neon::Exp2;
 
 // The register tiles and row operations flash::Attention runs on.
 struct NeonTiles {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "phi4mm/kernels/activations.h"
 #include "phi4mm/kernels/attention.h"
 #include "phi4mm/kernels/ops.h"
 #include "phi4mm/models/tensor_manifest.h"
@@ -251,7 +252,7 @@ Status Decoder::Step(std::span<const SeqChunk> chunks, ThreadPool* pool, Decoder
     for (int64_t i = 0; i < R * H; ++i) x[i] += tmp[i];
     RmsNorm(x, L.post_attn_norm.data(), R, H, eps, h);
     L.gate_up.Forward(h, R, gu, segs, pool, &sc->lora);
-    SiluGateUp(gu, R, I, act);
+    SiluGateUpRows(gu, R, I, act, pool);
     L.down.Forward(act, R, tmp, segs, pool, &sc->lora);
     for (int64_t i = 0; i < R * H; ++i) x[i] += tmp[i];
     if (tap) tap->Tap(tap_prefix + "layer." + std::to_string(li), x, {R, H});

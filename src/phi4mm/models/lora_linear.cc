@@ -63,13 +63,12 @@ void LoraLinear::Forward(const float* x, int64_t n, float* y, std::span<const Lo
     const int64_t m = seg.end - seg.begin;
     if (ad == nullptr || m <= 0) continue;
     const int64_t r = ad->a.rows();
-    scratch->resize(static_cast<size_t>(m * (r + out)));
+    scratch->resize(static_cast<size_t>(m * r));
     float* t = scratch->data();
-    float* u = t + m * r;
     ad->a.MatMul(x + seg.begin * in, m, t, pool);
-    ad->b.MatMul(t, m, u, pool);
-    float* ys = y + seg.begin * out;
-    for (int64_t i = 0; i < m * out; ++i) ys[i] += u[i] * ad->scale;
+    // y += B (scale · A x): the scale on the m x r low-rank rows, then B accumulates into y.
+    for (int64_t i = 0; i < m * r; ++i) t[i] *= ad->scale;
+    ad->b.MatMul(t, m, y + seg.begin * out, pool, /*accumulate=*/true);
   }
 }
 
