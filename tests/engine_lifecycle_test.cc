@@ -74,6 +74,47 @@ TEST(EngineLifecycle, CancelWhileDecodingFreesTheReservationAtOnce) {
   EXPECT_EQ(engine->stats().cancelled, 1);
 }
 
+TEST(EngineLifecycle, StepProfileTimesDecodeStepsOnlyWhenAskedAndChangesNoToken) {
+  std::vector<std::vector<int32_t>> answers[2];
+  for (bool profile : {false, true}) {
+    EngineOptions eo;
+    eo.profile_steps = profile;
+    auto engine = StartEngine(eo);
+    ASSERT_NE(engine, nullptr);
+    std::vector<RequestHandle> hs;
+    for (int i = 0; i < 2; ++i) {
+      auto h = engine->Submit(Request(kPrompt, 6));
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      hs.push_back(std::move(*h));
+    }
+    for (auto& h : hs) {
+      auto res = h.Wait();
+      ASSERT_TRUE(res.ok()) << res.status().ToString();
+      answers[profile].push_back(res->generation.tokens);
+    }
+    const EngineStats st = engine->stats();
+    const EngineStats::DecodeProfile& p = st.decode_profile;
+    if (!profile) {
+      EXPECT_EQ(p.steps, 0);
+      EXPECT_EQ(p.rows, 0);
+      EXPECT_EQ(p.decoder.sum(), 0.0);
+      continue;
+    }
+    // Decode-only steps: at least one (each request decodes 5 tokens after its prompt), never
+    // more than all steps, one to two rows each.
+    EXPECT_GT(p.steps, 0);
+    EXPECT_LE(p.steps, st.steps);
+    EXPECT_GE(p.rows, p.steps);
+    EXPECT_LE(p.rows, std::min<int64_t>(2 * p.steps, st.decode_rows));
+    for (double part : {p.decoder.qkv, p.decoder.attention, p.decoder.o, p.decoder.gate_up, p.decoder.activation,
+                        p.decoder.down, p.outside_layers, p.lm_head, p.sampling})
+      EXPECT_GE(part, 0.0);
+    EXPECT_GT(p.decoder.sum(), 0.0);
+    EXPECT_GT(p.lm_head, 0.0);
+  }
+  EXPECT_EQ(answers[1], answers[0]);
+}
+
 TEST(EngineLifecycle, HandleCancelEndsQueuedAndRunningRequests) {
   EngineOptions eo;
   eo.max_running = 1;

@@ -3,7 +3,7 @@
 // scalar ones; splitting the cached length over threads matches the unsplit result; a half cache is
 // half the size and an 8-bit one (hd + 4) / (4 hd) of it, each is what Model::Info reports, and
 // each keeps the tiny model's logits close; `phi4mm bench` runs on the tiny fixture and prints its
-// JSON keys (no timing is checked).
+// JSON keys, and `bench --concurrency --step-profile` its step parts (no timing is checked).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -168,6 +168,34 @@ TEST(BenchCommand, RunsOnTheTinyFixtureAndPrintsJson) {
   EXPECT_GT(j["decode"]["ceiling_tok_per_s"].get<double>(), 0);
   EXPECT_EQ(j["lora"].size(), 3u);
   EXPECT_GT(j["memory"]["peak_rss_bytes"].get<int64_t>(), 0);
+}
+
+TEST(BenchCommand, ConcurrencyStepProfileAddsUpInItsJson) {
+  const std::string out = test::TempDir("bench_concurrency") + "/out.txt";
+  const std::string cmd = std::string(PHI4MM_CLI_PATH) + " bench -m " + test::FixturePath("tiny/orig") +
+                          " --concurrency 1,3 --prompt-tokens 8 --decode-tokens 5 --vision-crops 0 --rounds 1"
+                          " --step-profile --json > " + out;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string text = test::ReadFile(out);
+  const size_t at = text.find("\n{");  // the table, then the JSON
+  ASSERT_NE(at, std::string::npos) << text;
+  const nlohmann::json j = nlohmann::json::parse(text.substr(at + 1));
+  ASSERT_EQ(j["runs"].size(), 3u);  // 1 stream, 3 streams, 3 mixed
+  for (const auto& run : j["runs"]) {
+    ASSERT_TRUE(run.contains("step_profile_ms")) << run.dump();
+    const auto& p = run["step_profile_ms"];
+    double sum = 0;
+    for (const char* k : {"qkv", "attention", "o", "gate_up", "swiglu", "down", "outside_layers", "lm_head", "sampling"}) {
+      ASSERT_TRUE(p.contains(k)) << k;
+      EXPECT_GE(p[k].get<double>(), 0) << k;
+      sum += p[k].get<double>();
+    }
+    EXPECT_NEAR(p["total"].get<double>(), sum, 1e-9 * (1 + sum));
+    EXPECT_GT(p["total"].get<double>(), 0);
+    EXPECT_GE(p["rows_per_step"].get<double>(), 1.0);
+    EXPECT_LE(p["rows_per_step"].get<double>(), run["streams"].get<double>());
+  }
+  EXPECT_NE(text.find("decode step, ms"), std::string::npos);
 }
 
 }  // namespace

@@ -64,6 +64,7 @@ struct BenchFlags {
   std::string concurrency;
   int64_t prefill_chunk = 128;
   int rounds = 2;
+  bool step_profile = false;  // with --concurrency: time the parts of the decode steps
   // --long-prompt N: peak RSS of one N-position prompt through the engine (with --concurrency).
   int64_t long_prompt = 0;
   double long_prompt_seconds = 0;

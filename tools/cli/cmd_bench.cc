@@ -60,6 +60,9 @@ void BenchFlags::Register(CLI::App* app) {
   app->add_option("--prefill-chunk", prefill_chunk, "With --concurrency: prompt rows per engine step")
       ->capture_default_str();
   app->add_option("--rounds", rounds, "With --concurrency: runs per figure (the best is kept)")->capture_default_str();
+  app->add_flag("--step-profile", step_profile,
+                "With --concurrency: also print where a decode step's time goes (ms per step by part, over every "
+                "decode-only step of a figure's rounds)");
   app->add_option("--long-prompt", long_prompt,
                   "With --concurrency: instead, prefill one prompt of this many positions and report peak RSS against "
                   "the weights and its KV cache");

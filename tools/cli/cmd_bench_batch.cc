@@ -172,6 +172,37 @@ BatchRun RunBatch(Engine& engine, std::mt19937& rng, int64_t n, int64_t prompt, 
   return out;
 }
 
+// The decode-only steps between two snapshots of the engine's profile: one line of ms per step by
+// part; returns the same figures for the JSON.
+nlohmann::json PrintStepProfile(const EngineStats::DecodeProfile& a, const EngineStats::DecodeProfile& b) {
+  const int64_t steps = b.steps - a.steps;
+  if (steps <= 0) return nullptr;
+  const double k = 1e3 / static_cast<double>(steps);
+  const std::vector<std::pair<const char*, double>> parts = {
+      {"qkv", b.decoder.qkv - a.decoder.qkv},
+      {"attention", b.decoder.attention - a.decoder.attention},
+      {"o", b.decoder.o - a.decoder.o},
+      {"gate_up", b.decoder.gate_up - a.decoder.gate_up},
+      {"swiglu", b.decoder.activation - a.decoder.activation},
+      {"down", b.decoder.down - a.decoder.down},
+      {"outside_layers", b.outside_layers - a.outside_layers},
+      {"lm_head", b.lm_head - a.lm_head},
+      {"sampling", b.sampling - a.sampling}};
+  nlohmann::json j;
+  double total = 0;
+  std::string line;
+  for (const auto& [name, s] : parts) {
+    j[name] = s * k;
+    total += s * k;
+    line += std::string(" ") + name + Fmt(" %.1f", s * k);
+  }
+  j["total"] = total;
+  j["rows_per_step"] = static_cast<double>(b.rows - a.rows) / static_cast<double>(steps);
+  std::printf("       decode step, ms (%lld steps of %.1f rows on average):%s = %.1f\n", static_cast<long long>(steps),
+              j["rows_per_step"].get<double>(), line.c_str(), total);
+  return j;
+}
+
 // One prompt of `positions` random ids through the engine in prefill chunks, with the resident set
 // sampled every 50 ms: peak RSS against the weights and the request's KV reservation. Stops at
 // `seconds` (the deadline) if the prefill is not done by then; what was prefilled is reported.
@@ -268,6 +299,7 @@ int BatchBenchCommand(const BenchFlags& f) {
   eo.max_queue = max_n + 1;
   eo.prefill_chunk = f.prefill_chunk;
   eo.prefix_cache_bytes = 0;  // random prompts never share a prefix
+  eo.profile_steps = f.step_profile;
   auto engine = Engine::Start(model, eo);
   if (!engine.ok()) return ReportError(engine.status());
   std::mt19937 rng(4321);
@@ -297,6 +329,7 @@ int BatchBenchCommand(const BenchFlags& f) {
       const std::vector<LoraMode> modes = mixed ? std::vector<LoraMode>{LoraMode::kNone, LoraMode::kVision, LoraMode::kSpeech}
                                                 : std::vector<LoraMode>{LoraMode::kNone};
       BatchRun best;
+      const EngineStats::DecodeProfile before = (*engine)->stats().decode_profile;
       for (int round = 0; round < f.rounds; ++round) {
         BatchRun r = RunBatch(**engine, rng, n, f.prompt_tokens, f.decode_tokens, modes, nullptr);
         if (!r.status.ok()) return ReportError(r.status);
@@ -323,6 +356,7 @@ int BatchBenchCommand(const BenchFlags& f) {
                   static_cast<long long>(n), mixed ? "mixed" : "none", best.aggregate_tps, best.aggregate_tps / base_tps,
                   best.itl_mean_ms, best.itl_p50_ms, best.itl_max_ms, best.ttft_mean_s,
                   static_cast<double>(best.kv_reserved) / (1 << 20), ceil_tps);
+      if (f.step_profile) j["runs"].back()["step_profile_ms"] = PrintStepProfile(before, (*engine)->stats().decode_profile);
     }
   }
   if (f.vision_crops > 0) {

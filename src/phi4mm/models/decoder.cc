@@ -4,6 +4,7 @@
 #include "phi4mm/models/decoder.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -223,10 +224,21 @@ Status Decoder::Step(std::span<const SeqChunk> chunks, ThreadPool* pool, Decoder
   const float eps = static_cast<float>(c.rms_norm_eps);
   const std::span<const LoraSegment> segs(sc->segments);
 
+  // Profiling (sc->times): each lap adds the time since the previous one to a part.
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point mark = sc->times ? Clock::now() : Clock::time_point{};
+  auto lap = [&](double DecoderStepTimes::*part) {
+    if (sc->times == nullptr) return;
+    const Clock::time_point now = Clock::now();
+    sc->times->*part += std::chrono::duration<double>(now - mark).count();
+    mark = now;
+  };
+
   for (size_t li = 0; li < layers_.size(); ++li) {
     const DecoderLayerWeights& L = layers_[li];
     RmsNorm(x, L.input_norm.data(), R, H, eps, h);
     L.qkv.Forward(h, R, qkv, segs, pool, &sc->lora);
+    lap(&DecoderStepTimes::qkv);
     for (size_t i = 0; i < chunks.size(); ++i) {
       const SeqChunk& ch = chunks[i];
       KvCache* cache = ch.cache;
@@ -248,13 +260,18 @@ Status Decoder::Step(std::span<const SeqChunk> chunks, ThreadPool* pool, Decoder
       CausalAttention(q + row0[i] * nh * hd, KvView{kc, vc, cache->dtype_}, past[i], ch.n, shape,
                       attn + row0[i] * nh * hd, pool);
     }
+    lap(&DecoderStepTimes::attention);
     L.o.Forward(attn, R, tmp, segs, pool, &sc->lora);
     for (int64_t i = 0; i < R * H; ++i) x[i] += tmp[i];
+    lap(&DecoderStepTimes::o);
     RmsNorm(x, L.post_attn_norm.data(), R, H, eps, h);
     L.gate_up.Forward(h, R, gu, segs, pool, &sc->lora);
+    lap(&DecoderStepTimes::gate_up);
     SiluGateUpRows(gu, R, I, act, pool);
+    lap(&DecoderStepTimes::activation);
     L.down.Forward(act, R, tmp, segs, pool, &sc->lora);
     for (int64_t i = 0; i < R * H; ++i) x[i] += tmp[i];
+    lap(&DecoderStepTimes::down);
     if (tap) tap->Tap(tap_prefix + "layer." + std::to_string(li), x, {R, H});
   }
   for (size_t i = 0; i < chunks.size(); ++i) chunks[i].cache->length_ = past[i] + chunks[i].n;

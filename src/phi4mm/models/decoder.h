@@ -77,12 +77,34 @@ struct SeqChunk {
   float* last_hidden = nullptr;   // [hidden] final-norm hidden state of the last row; may be null
 };
 
+// Wall time of a decoder step's parts in seconds, summed over the layers (one clock read per part
+// and layer, only when DecoderScratch::times is set). Each projection includes its LoRA passes.
+struct DecoderStepTimes {
+  double qkv = 0;         // input RMSNorm + qkv projection
+  double attention = 0;   // rotary, KV append, causal attention
+  double o = 0;           // o projection + residual add
+  double gate_up = 0;     // post-attention RMSNorm + gate_up projection
+  double activation = 0;  // SwiGLU
+  double down = 0;        // down projection + residual add
+  double sum() const { return qkv + attention + o + gate_up + activation + down; }
+  DecoderStepTimes& operator+=(const DecoderStepTimes& t) {
+    qkv += t.qkv;
+    attention += t.attention;
+    o += t.o;
+    gate_up += t.gate_up;
+    activation += t.activation;
+    down += t.down;
+    return *this;
+  }
+};
+
 // Activations of a step, owned by the caller (a session or the scheduler) and reused, so a warm
 // step allocates nothing; they grow to the largest step's row count (bounded by the prefill chunk).
 struct DecoderScratch {
   std::vector<float> x, h, qkv, q, attn, tmp, gu, act, kbuf, cos, sin, lora;
   std::vector<size_t> order;
   std::vector<LoraSegment> segments;
+  DecoderStepTimes* times = nullptr;  // when set, Step adds the wall time of its parts to it
 };
 
 class Decoder {

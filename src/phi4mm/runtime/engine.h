@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 
+#include "phi4mm/models/decoder.h"
 #include "phi4mm/runtime/kv_budget.h"
 #include "phi4mm/runtime/media.h"
 #include "phi4mm/runtime/media_cache.h"
@@ -47,6 +48,9 @@ struct EngineOptions {
   // Engine thread, after each turn of the loop that ran an encoder slice or a decoder step
   // (tests use it to slow the engine down and hold a request in its slot; tracing).
   std::function<void()> after_step;
+  // Time the parts of every decode-only step (no prompt rows) into EngineStats::decode_profile: a
+  // few clock reads per layer; for `phi4mm bench --step-profile`.
+  bool profile_steps = false;
 };
 
 // What a request streams: final answer text as it becomes final (possibly empty), with the token
@@ -115,6 +119,14 @@ struct EngineStats {
   int64_t finished = 0, cancelled = 0, expired = 0, refused = 0;
   PrefixCacheStats prefix;
   MediaCacheStats media;
+  // With EngineOptions::profile_steps: the decode-only steps, their rows, and their wall time by
+  // part in seconds: the decoder layers' parts, the rest of the decoder step (row copies,
+  // rotary tables, final norm), the lm_head over the rows, and sampling + streaming.
+  struct DecodeProfile {
+    int64_t steps = 0, rows = 0;
+    DecoderStepTimes decoder;
+    double outside_layers = 0, lm_head = 0, sampling = 0;
+  } decode_profile;
 };
 
 class Engine {

@@ -2,6 +2,7 @@
 // requests, admission with the KV budget and the prefix cache, encoder slices with the media
 // cache, the batched decoder step, and per-request sampling, streaming and completion.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "phi4mm/runtime/engine_internal.h"
@@ -282,15 +283,25 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
     li += r.logits;
     off += r.n;
   }
+  // Profiling: decode-only steps, when the options ask for it.
+  using Clock = std::chrono::steady_clock;
+  const bool profile = o.profile_steps && prefill == 0;
+  DecoderStepTimes times;
+  st.scratch.times = profile ? &times : nullptr;
+  const Clock::time_point t0 = profile ? Clock::now() : Clock::time_point{};
   if (Status ss = dec.Step(chunks, m.pool(), &st.scratch); !ss.ok()) {
+    st.scratch.times = nullptr;
     for (const Rows& r : rows) Complete(st, *r.s, FinishReason::kCancelled, ss.WithContext("decoder step"));
     return true;
   }
+  const Clock::time_point ts = profile ? Clock::now() : Clock::time_point{};
+  st.scratch.times = nullptr;
   const int64_t V = dec.lm_head().rows();
   if (with_logits > 0) {
     st.logits.resize(static_cast<size_t>(with_logits * V));
     dec.LogitsRows(st.hidden.data(), with_logits, st.logits.data(), m.pool());
   }
+  const Clock::time_point t1 = profile ? Clock::now() : Clock::time_point{};
   li = 0;
   for (const Rows& r : rows) {
     if (!r.logits || r.s->finished) continue;
@@ -298,6 +309,16 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
     ++li;
   }
   std::lock_guard<std::mutex> l(st.mu);
+  if (profile) {
+    EngineStats::DecodeProfile& p = st.counters.decode_profile;
+    auto secs = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    ++p.steps;
+    p.rows += R;
+    p.decoder += times;
+    p.outside_layers += secs(ts - t0) - times.sum();
+    p.lm_head += secs(t1 - ts);
+    p.sampling += secs(Clock::now() - t1);
+  }
   ++st.counters.steps;
   st.counters.batch_rows += R;
   for (size_t i = 0; i < mode_rows.size(); ++i) st.counters.rows_by_mode[i] += mode_rows[i];
