@@ -67,6 +67,11 @@ struct MatMulKernels {
   TileShape shape[kNumWeightFormats] = {};
   QuantizeRowFn quantize_a8 = nullptr;
   QuantizeRowFn quantize_a8k = nullptr;
+  // Optional: the Q8_0 tile reads its activations in a layout of its own, which pack_a8 writes
+  // from one A8 row (quantize_a8's output, itself the same bytes on every table) into
+  // packed_a8_row_bytes(cols) bytes. Null: the tile reads the A8 rows.
+  void (*pack_a8)(const uint8_t* a8_row, int64_t cols, uint8_t* out) = nullptr;
+  size_t (*packed_a8_row_bytes)(int64_t cols) = nullptr;
 };
 
 const MatMulKernels& ScalarKernels();

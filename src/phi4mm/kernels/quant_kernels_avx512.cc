@@ -5,8 +5,8 @@
 // int8 activations and adds each group of 4 products straight into the int32 lane of its
 // sub-block, one instruction per 32 multiply-adds (AVX2 needs maddubs plus an int16 add). With 32
 // ymm registers a tile holds up to 8 activation rows, so a batched decode step of 8 sequences
-// unpacks each weight row once. The float formats and the activation quantizers are the AVX2
-// table's.
+// unpacks each weight row once. The Q8_0 tile works on two blocks per zmm over activations
+// repacked for it (pack_a8). The float formats and the activation quantizers are the AVX2 table's.
 #include <immintrin.h>
 
 #include "phi4mm/kernels/quant.h"
@@ -32,6 +32,7 @@ inline float HSum8(__m256 v) {
 }
 
 inline int64_t Blocks(int64_t cols) { return (cols + kQ4KBlock - 1) / kQ4KBlock; }
+inline int64_t Blocks8(int64_t cols) { return (cols + kQ8Block - 1) / kQ8Block; }
 
 // Q4_K x A8K with vpdpbusd on ymm: per block and (weight row, activation row) 8 vpdpbusd into
 // int32 lanes = sub-blocks (at most 32 * 15 * 127 per lane), then the float tail of the AVX2 tile:
@@ -108,60 +109,135 @@ struct Q4KVnniImpl {
   }
 };
 
+// GCC 12 reports the _mm512_undefined_* pass-through operand inside its own zmm intrinsics
+// (convert, insert, extract) as maybe-uninitialized; the warning is about the header, not this code.
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 // Q8_0 x A8 with vpdpbusd, which multiplies unsigned by signed bytes: the activation bytes get
-// their sign bit flipped (a ^ 0x80 = a + 128, unsigned) once per block and row, and the extra
-// 128 * sum(w) is subtracted up front: per weight row and block the accumulator starts at
-// -vpdpbusd(0, 128, w), so vpdpbusd(start, a + 128, w) is exactly sum(w * a) in 8 int32 lanes (at
-// most 4 * 255 * 127 per product group). Per (weight row, activation row) that is one vpdpbusd,
-// one convert, one multiply of the two broadcast scales and one FMA per 32 multiply-adds (the
-// sign trick needs a vpsignb and a scalar multiply and broadcast more). The result is the same
-// float as the AVX2 tile's (same integer sums, same scale product).
-struct Q8VnniImpl {
+// their sign bit flipped (a ^ 0x80 = a + 128, unsigned) and the extra 128 * sum(w) is subtracted up
+// front: per weight row and block the accumulator starts at -vpdpbusd(0, 128, w), so
+// vpdpbusd(start, a + 128, w) is exactly sum(w * a) in int32 lanes (at most 4 * 255 * 127 per
+// product group). The integer sums and the scale products are the AVX2 tile's.
+//
+// The tile's activation layout (MatMulKernels::pack_a8): per pair of A8 blocks (2p, 2p + 1), their
+// 64 bytes already flipped and their two scales broadcast to the two halves of a zmm, so an
+// activation row costs the tile two loads per pair. Packing once per matrix product took the
+// per-activation-row work (two 32-byte loads and an insert, the flip, two broadcasts and an
+// insert per pair) out of every weight-row tile: with A8 rows a two-block tile measured only ~9%
+// over one block per ymm (8 rows, 2x8), packed 21% (docs/benchmarks.md). An odd last block is
+// paired with a zero block (scale 0) that the tile never reads.
+struct A8Pair {
+  uint8_t qs[64];
+  float d[16];
+};
+static_assert(sizeof(A8Pair) == 128, "A8Pair must be 128 bytes");
+
+size_t PackedA8RowBytes(int64_t cols) { return static_cast<size_t>((Blocks8(cols) + 1) / 2) * sizeof(A8Pair); }
+
+void PackA8Pairs(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
+  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
+  A8Pair* o = reinterpret_cast<A8Pair*>(out);
+  const int64_t nb = Blocks8(cols);
+  for (int64_t p = 0; 2 * p < nb; ++p) {
+    for (int h = 0; h < 2; ++h) {
+      const int64_t blk = 2 * p + h;
+      const float d = blk < nb ? b[blk].d : 0.0f;
+      for (int k = 0; k < 32; ++k)
+        o[p].qs[32 * h + k] = static_cast<uint8_t>((blk < nb ? static_cast<uint8_t>(b[blk].qs[k]) : 0) ^ 0x80);
+      for (int k = 0; k < 8; ++k) o[p].d[8 * h + k] = d;
+    }
+  }
+}
+
+inline float HSum16(__m512 v) {
+  return HSum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+
+// Two blocks per zmm (block b in lanes 0-7, b + 1 in lanes 8-15) over A8Pair activations: per
+// (weight row, activation row) one vpdpbusd, one convert, one scale product and one FMA per 64
+// multiply-adds, and nothing per activation row but two loads. The weight side (two 32-byte loads,
+// the sign-trick start, the two scales) is built once per weight row and pair. An odd last block
+// runs the same step on ymm into the low half. The float accumulation keeps even and odd blocks in
+// separate lanes until the end, the same way for every tile shape (so a row's result does not
+// depend on the batch).
+struct Q8x2VnniImpl {
   template <int R, int N>
   static void Run(const TileArgs& t) {
-    __m256 acc[R][N];
+    __m512 acc[R][N];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
+      for (int i = 0; i < N; ++i) acc[r][i] = _mm512_setzero_ps();
     const BlockQ8_0* w[R];
-    const BlockA8* a[N];
+    const A8Pair* a[N];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
 #pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8*>(t.a + i * t.a_stride);
-    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-    const int64_t nb = (t.cols + kQ8Block - 1) / kQ8Block;
+    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const A8Pair*>(t.a + i * t.a_stride);
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    const int64_t nb = Blocks8(t.cols);
     const TilePrefetch pf(t, R, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
-    for (int64_t b = 0; b < nb; ++b) {
-      if (N == 1 || t.prefetch) {
-        if (b % 2 == 0) pf.At(b / 2);
+    int64_t p = 0;
+    for (; 2 * p + 2 <= nb; ++p) {
+      if (N == 1 || t.prefetch) pf.At(p);
+      const int64_t b = 2 * p;
+      __m512i wv[R], start[R];
+      __m512 dw[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        wv[r] = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs))),
+                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b + 1].qs)), 1);
+        start[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, wv[r]));
+        dw[r] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(_cvtsh_ss(w[r][b].d))),
+                                                    _mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(w[r][b + 1].d))), 1));
       }
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) {
+        const __m512i au = _mm512_loadu_si512(a[i][p].qs);
+        const __m512 da = _mm512_loadu_ps(a[i][p].d);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m512i s = _mm512_dpbusd_epi32(start[r], au, wv[r]);
+          acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], da), acc[r][i]);
+        }
+      }
+    }
+    if (2 * p < nb) {
+      const int64_t b = 2 * p;
+      const __m256i flip8 = _mm256_set1_epi8(static_cast<char>(0x80));
       __m256i wv[R], start[R];
       __m256 dw[R];
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs));
-        start[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), flip, wv[r]));
+        start[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), flip8, wv[r]));
         dw[r] = _mm256_set1_ps(_cvtsh_ss(w[r][b].d));
       }
 #pragma GCC unroll 8
       for (int i = 0; i < N; ++i) {
-        const __m256i au = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i][b].qs)), flip);
-        const __m256 da = _mm256_broadcast_ss(&a[i][b].d);
+        const __m256i au = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i][p].qs));
+        const __m256 da = _mm256_loadu_ps(a[i][p].d);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          const __m256i p = _mm256_dpbusd_epi32(start[r], au, wv[r]);
-          acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw[r], da), acc[r][i]);
+          const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start[r], au, wv[r])), _mm256_mul_ps(dw[r], da));
+          acc[r][i] = _mm512_add_ps(acc[r][i], _mm512_zextps256_ps512(v));
         }
       }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) Store(t, r, i, HSum8(acc[r][i]));
+      for (int i = 0; i < N; ++i) Store(t, r, i, HSum16(acc[r][i]));
   }
 };
+
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // Impl::Run<R, N> for R = nr in [1, kMaxTileRows] and N = na in [1, kMaxTileActs].
 template <class Impl, int R = 1, int N = 1>
@@ -179,7 +255,9 @@ MatMulKernels MakeAvx512() {
   MatMulKernels k = quant_internal::Avx2Kernels();
   k.name = "avx512";
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl>;
-  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8VnniImpl>;
+  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8x2VnniImpl>;
+  k.pack_a8 = &PackA8Pairs;
+  k.packed_a8_row_bytes = &PackedA8RowBytes;
   // TileShape bench (1 thread, 16384x3072, n = 256; GMAC/s): 4x3 87, 3x3 83, 3x4 83, 4x4 79,
   // 2x4 71. GEMV: 4 rows 47, 2 rows 44, 1 row 40. A zmm variant (vpdpbusd on 64 positions, the
   // two halves folded per block) measured 79 at its best shape (4x4) and was dropped.
@@ -187,7 +265,9 @@ MatMulKernels MakeAvx512() {
   // 190, 3x4 in two passes 198, 4x3 in three 244, 4x4 in two 284 (it spills); 4 rows: all near 188.
   k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 4, 3, 2, 8};
   // Q8_0 (the 200064x3072 lm_head, 2 threads, CPU ms): 8 rows 2x8 81, 3x4 89, the AVX2 tile's 2x4
-  // 128; 4 rows 3x4 60 against 68; 64 rows 3x4 940 against 998; one row 71 either way.
+  // 128; 4 rows 3x4 60 against 68; 64 rows 3x4 940 against 998; one row 71 either way. The packed
+  // two-block tile then (TileShape, 1 thread, 16384x3072, GMAC/s): 8 rows 2x8 50.1 against 41.4,
+  // 4 rows 3x4 46.2 against 39.5, 256 rows 3x4 43.1 against 38.5, one row 22.5 against 23.7.
   k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {4, 3, 4, 2, 8};
   return k;
 }

@@ -222,21 +222,31 @@ void WeightMatrix::MatMulWith(const MatMulKernels& k, const float* x, int64_t n,
 
   // Activations: float rows as given, or int8 blocks quantized here once for all threads.
   // The buffer is per calling thread; workers only read it while this call waits for them.
-  thread_local std::vector<uint8_t> act;
+  // A table whose Q8_0 tile has its own activation layout (pack_a8) gets each quantized row
+  // repacked into `packed`.
+  thread_local std::vector<uint8_t> act, packed;
   const uint8_t* a = reinterpret_cast<const uint8_t*>(x);
   size_t a_stride = static_cast<size_t>(cols_) * sizeof(float);
   if (IsBlockFormat(format_)) {
     const bool q4 = format_ == WeightFormat::kQ4K;
     a_stride = q4 ? A8KRowBytes(cols_) : A8RowBytes(cols_);
     const QuantizeRowFn quantize = q4 ? k.quantize_a8k : k.quantize_a8;
+    const bool pack = !q4 && k.pack_a8 != nullptr;
+    const size_t p_stride = pack ? k.packed_a8_row_bytes(cols_) : 0;
     if (act.size() < static_cast<size_t>(n) * a_stride) act.resize(static_cast<size_t>(n) * a_stride);
+    if (packed.size() < static_cast<size_t>(n) * p_stride) packed.resize(static_cast<size_t>(n) * p_stride);
     uint8_t* buf = act.data();
+    uint8_t* pbuf = packed.data();
     auto quant = [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) quantize(x + i * cols_, cols_, buf + i * a_stride);
+      for (int64_t i = b; i < e; ++i) {
+        quantize(x + i * cols_, cols_, buf + i * a_stride);
+        if (pack) k.pack_a8(buf + i * a_stride, cols_, pbuf + i * p_stride);
+      }
     };
     if (pool != nullptr && n >= 32) pool->ParallelFor(n, quant, 16);
     else quant(0, n);
-    a = buf;
+    a = pack ? pbuf : buf;
+    if (pack) a_stride = p_stride;
   }
 
   // Activation rows per chunk: ~200 KB of int8 blocks or ~400 KB of floats at the decoder's widths.
