@@ -5,7 +5,7 @@
 // threads) so the GEMV numbers can be read as a fraction of the memory ceiling. GemvCold streams
 // weights that do not fit in the last-level cache (decode on the full model); TileShape compares
 // register tile shapes for choosing the kernel tables' TileShape; Quantize times the load-time
-// conversion to Q4_K and Q8_0.
+// conversion to Q4_K and Q8_0. EncoderGemm runs the speech and vision encoders' GEMM shapes.
 //   phi4mm_kernels_bench --benchmark_filter=Gemv   (decode only)
 // PHI4MM_BENCH_THREADS=n sets the matmul pool size (default: one thread per core);
 // PHI4MM_BENCH_KERNELS=name runs another kernel table this CPU has (scalar, avx2, avx512) instead
@@ -104,6 +104,20 @@ void DecoderShapes(benchmark::internal::Benchmark* b, bool gemv) {
 
 BENCHMARK(BM_MatMul)->Name("Gemv")->Apply([](auto* b) { DecoderShapes(b, true); })->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MatMul)->Name("Gemm")->Apply([](auto* b) { DecoderShapes(b, false); })->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The encoders' GEMMs: the Conformer's (D 1024, FFN 1536, GLU 2048) at the encoder frames of a 5-s
+// and a 30-s clip (63 and 375 rows), and SigLIP's (1152, MLP 4304) over one crop's 1024 patches.
+void EncoderShapes(benchmark::internal::Benchmark* b) {
+  const int64_t speech[][2] = {{3072, 1024}, {1024, 1536}, {1024, 1024}, {2048, 1024}};
+  const int64_t vision[][2] = {{1152, 1152}, {4304, 1152}, {1152, 4304}};
+  for (int f : {0, 1, 3}) {
+    for (const auto& s : speech)
+      for (int64_t n : {63, 375}) b->Args({f, s[0], s[1], n});
+    for (const auto& s : vision) b->Args({f, s[0], s[1], 1024});
+  }
+}
+
+BENCHMARK(BM_MatMul)->Name("EncoderGemm")->Apply(EncoderShapes)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Decode as it runs on the full model: the weights do not fit in the last-level cache, so the GEMV
 // walks `copies` distinct copies of the matrix (at least 1 GB in all) and reports weight GB/s from

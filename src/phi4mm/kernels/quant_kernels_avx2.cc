@@ -3,8 +3,9 @@
 //  - f32/bf16/f16 weights x f32 activations: register tiles of R weight rows x N activation rows;
 //    each 8-wide weight vector is widened once (bf16: zero-extend + shift, f16: vcvtph2ps) and
 //    reused for all N rows.
-//  - Q8_0 x A8: sign trick (|w| as the unsigned maddubs operand), madd to int32, one convert and
-//    FMA per 32-block with the product of the two scales.
+//  - Q8_0 x A8 over activations packed in groups of four blocks (pack_a8): sign trick (|w| as the
+//    unsigned maddubs operand), madd to int32, the four blocks folded by hadds into one vector, so
+//    one convert and FMA per four blocks with their scale products.
 //  - Q4_K x A8K: on the sub-block-interleaved block order, unsigned nibbles straight into
 //    maddubs, int16 accumulation over the block, one madd with ones to int32 lanes = sub-blocks,
 //    then per block a convert and the float scaling by d*sc, dmin*mn and the block sums.
@@ -68,9 +69,12 @@ struct FloatImpl {
   template <int R, int N>
   static void Run(const TileArgs& t) {
     __m256 acc[R][N];
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
       for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
     const float* x[N];
+#pragma GCC unroll 4
     for (int i = 0; i < N; ++i) x[i] = reinterpret_cast<const float*>(t.a + i * t.a_stride);
     const int64_t k8 = t.cols & ~int64_t{7};
     const TilePrefetch pf(t, R, R * 32 * L::kBytes);
@@ -79,13 +83,18 @@ struct FloatImpl {
         if (k % 32 == 0) pf.At(k / 32);
       }
       __m256 w[R];
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r) w[r] = L::Load(t.w + r * t.w_stride, k);
+#pragma GCC unroll 4
       for (int i = 0; i < N; ++i) {
         const __m256 xv = _mm256_loadu_ps(x[i] + k);
+#pragma GCC unroll 4
         for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(w[r], xv, acc[r][i]);
       }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
       for (int i = 0; i < N; ++i) {
         float s = HSum(acc[r][i]);
         for (int64_t k = k8; k < t.cols; ++k) s += L::At(t.w + r * t.w_stride, k) * x[i][k];
@@ -94,37 +103,102 @@ struct FloatImpl {
   }
 };
 
-// Q8_0 x A8. Per block and weight row, |w| is computed once and reused for the N activation rows;
-// live registers are the R*N accumulators, w, |w|, one activation vector and two temporaries.
-struct Q8Impl {
+// The Q8_0 tile's activation layout (MatMulKernels::pack_a8): per group of four A8 blocks, their
+// four scales and then their 128 bytes. A missing last block is a zero block with scale 0.
+struct A8Quad {
+  float d[4];
+  int8_t qs[128];
+};
+static_assert(sizeof(A8Quad) == 144, "A8Quad must be 144 bytes");
+
+size_t PackedA8QuadRowBytes(int64_t cols) {
+  return static_cast<size_t>(CeilDiv(CeilDiv(cols, kQ8Block), 4)) * sizeof(A8Quad);
+}
+
+void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
+  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
+  A8Quad* o = reinterpret_cast<A8Quad*>(out);
+  const int64_t nb = CeilDiv(cols, kQ8Block);
+  for (int64_t q = 0; 4 * q < nb; ++q)
+    for (int h = 0; h < 4; ++h) {
+      const int64_t blk = 4 * q + h;
+      const bool in = blk < nb;
+      o[q].d[h] = in ? b[blk].d : 0.0f;
+      const __m256i v = in ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[blk].qs)) : _mm256_setzero_si256();
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o[q].qs + 32 * h), v);
+    }
+}
+
+// Q8_0 x A8, four blocks per step over A8Quad activations. Per (weight row, activation row) and
+// block: the sign trick (|w| as the unsigned maddubs operand, the activation signed by w; |w| is
+// taken once per weight row and block and reused for the N activation rows) and a madd to eight
+// int32 lanes. The four blocks' lanes are then folded by three hadds into one vector whose lanes
+// j and j + 4 hold halves of block j's sum (exact: at most 4 * 2 * 127 * 127 per lane), so the four
+// blocks cost one convert, one product of the scales (d_w of the four blocks times their d_a, lane
+// for lane) and one FMA instead of four of each with a scalar product and a broadcast per block
+// (measured in docs/benchmarks.md). Every (weight row, activation row) pair runs the same steps
+// in the same order whatever the tile shape, so a row's result does not depend on the batch.
+struct Q8QuadImpl {
+  template <int R, int N, bool kFull>
+  static void Step(const BlockQ8_0* const (&w)[R], const A8Quad* const (&a)[N], int64_t q, int nk,
+                   __m256 (&acc)[R][N]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t b0 = 4 * q;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __m256i wv[4], wabs[4];
+      __m128i dh = _mm_setzero_si128();
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        if (kFull || k < nk) {
+          wv[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b0 + k].qs));
+          dh = _mm_insert_epi16(dh, w[r][b0 + k].d, k);
+        } else {
+          wv[k] = _mm256_setzero_si256();
+        }
+        wabs[k] = _mm256_abs_epi8(wv[k]);
+      }
+      const __m128 dw4 = _mm_cvtph_ps(dh);
+      const __m256 dw = _mm256_set_m128(dw4, dw4);
+#pragma GCC unroll 4
+      for (int i = 0; i < N; ++i) {
+        const A8Quad& aq = a[i][q];
+        __m256i p[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq.qs + 32 * k));
+          p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[k], _mm256_sign_epi8(av, wv[k])), ones);
+        }
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ps(reinterpret_cast<const __m128*>(aq.d)));
+        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), scale, acc[r][i]);
+      }
+    }
+  }
+
   template <int R, int N>
   static void Run(const TileArgs& t) {
     __m256 acc[R][N];
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
       for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
     const BlockQ8_0* w[R];
-    const BlockA8* a[N];
+    const A8Quad* a[N];
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
-    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8*>(t.a + i * t.a_stride);
-    const __m256i ones = _mm256_set1_epi16(1);
-    const int64_t nb = CeilDiv(t.cols, kQ8Block);
-    const TilePrefetch pf(t, R, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
-    for (int64_t b = 0; b < nb; ++b) {
-      if (N == 1 || t.prefetch) {
-        if (b % 2 == 0) pf.At(b / 2);
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs));
-        const __m256i wabs = _mm256_sign_epi8(wv, wv);
-        const float dw = HalfToFloat(w[r][b].d);
-        for (int i = 0; i < N; ++i) {
-          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i][b].qs));
-          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av, wv)), ones);
-          acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a[i][b].d), acc[r][i]);
-        }
-      }
+#pragma GCC unroll 4
+    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const A8Quad*>(t.a + i * t.a_stride);
+    const int64_t nb = CeilDiv(t.cols, kQ8Block), full = nb / 4;
+    const TilePrefetch pf(t, R, 4 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
+    for (int64_t q = 0; q < full; ++q) {
+      if (N == 1 || t.prefetch) pf.At(q);
+      Step<R, N, true>(w, a, q, 4, acc);
     }
+    if (nb % 4 != 0) Step<R, N, false>(w, a, full, static_cast<int>(nb % 4), acc);
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
       for (int i = 0; i < N; ++i) Store(t, r, i, HSum(acc[r][i]));
   }
 };
@@ -373,17 +447,22 @@ constexpr MatMulKernels MakeAvx2() {
   k.tile[static_cast<int>(WeightFormat::kF32)] = &Tile<FloatImpl<F32Loader>>;
   k.tile[static_cast<int>(WeightFormat::kBF16)] = &Tile<FloatImpl<Bf16Loader>>;
   k.tile[static_cast<int>(WeightFormat::kF16)] = &Tile<FloatImpl<F16Loader>>;
-  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8Impl>;
+  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8QuadImpl>;
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KImpl>;
   k.shape[static_cast<int>(WeightFormat::kF32)] = {4, 3, 4, 3, 4};
   k.shape[static_cast<int>(WeightFormat::kBF16)] = {4, 3, 4, 3, 4};
   k.shape[static_cast<int>(WeightFormat::kF16)] = {4, 3, 4, 3, 4};
+  // Q8_0 over four-block groups (TileShape, 1 thread, 16384x3072, on the AVX-512 Xeon with the AVX2
+  // table; GMAC/s, three rounds): 256 rows 2x4 28-34, 3x4 30-34, 4x4 27-34, 4x3 25-34, 4x2 26-31
+  // (one block per step: 22-27 at every shape); 4 and 8 rows 2x4 26-33; GEMV 4 rows 19-25 (14-19).
   k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {4, 2, 4, 2, 4};
   // Q4_K, TileShape bench (1 thread, 16384x3072, n = 256; GMAC/s): 3x4 62, 4x4 62, 3x3 61,
   // 4x3 61, 2x4 59. GEMV: 4 rows 41, 2 rows 41, 1 row 38.
   k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 3, 4, 3, 4};
   k.quantize_a8 = &QuantA8;
   k.quantize_a8k = &QuantA8K;
+  k.pack_a8 = &PackA8Quads;
+  k.packed_a8_row_bytes = &PackedA8QuadRowBytes;
   return k;
 }
 
