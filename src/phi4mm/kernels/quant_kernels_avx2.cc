@@ -147,18 +147,15 @@ struct Q8QuadImpl {
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       __m256i wv[4], wabs[4];
-      __m128i dh = _mm_setzero_si128();
+      int16_t d16[4];
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        if (kFull || k < nk) {
-          wv[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b0 + k].qs));
-          dh = _mm_insert_epi16(dh, w[r][b0 + k].d, k);
-        } else {
-          wv[k] = _mm256_setzero_si256();
-        }
+        const bool in = kFull || k < nk;
+        wv[k] = in ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b0 + k].qs)) : _mm256_setzero_si256();
+        d16[k] = in ? static_cast<int16_t>(w[r][b0 + k].d) : int16_t{0};
         wabs[k] = _mm256_abs_epi8(wv[k]);
       }
-      const __m128 dw4 = _mm_cvtph_ps(dh);
+      const __m128 dw4 = _mm_cvtph_ps(_mm_setr_epi16(d16[0], d16[1], d16[2], d16[3], 0, 0, 0, 0));
       const __m256 dw = _mm256_set_m128(dw4, dw4);
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) {
