@@ -40,11 +40,13 @@ struct Linear {
   }
 };
 
-Result<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& base, const std::vector<int64_t>& shape) {
+// `format`: the weight's format (std::nullopt = as stored), converted over `pool`.
+Result<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& base, const std::vector<int64_t>& shape,
+                          std::optional<WeightFormat> format = std::nullopt, ThreadPool* pool = nullptr) {
   Linear l;
   int64_t cols = 1;
   for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
-  PHI4MM_ASSIGN_OR_RETURN(l.w, LoadWeight(ckpt, base + ".weight", shape, shape[0], cols));
+  PHI4MM_ASSIGN_OR_RETURN(l.w, LoadWeight(ckpt, base + ".weight", shape, shape[0], cols, format, pool));
   PHI4MM_ASSIGN_OR_RETURN(l.b, LoadFloats(ckpt, base + ".bias", {shape[0]}));
   return l;
 }
@@ -84,11 +86,12 @@ struct Block {
   LayerNormW norm_final;
 };
 
-Result<FeedForward> LoadFeedForward(const Checkpoint& ckpt, const std::string& p, int64_t d, int64_t inner) {
+Result<FeedForward> LoadFeedForward(const Checkpoint& ckpt, const std::string& p, int64_t d, int64_t inner,
+                                    std::optional<WeightFormat> format, ThreadPool* pool) {
   FeedForward f;
   PHI4MM_ASSIGN_OR_RETURN(f.norm, LoadLayerNorm(ckpt, p + "layer_norm", d));
-  PHI4MM_ASSIGN_OR_RETURN(f.gate_up, LoadLinear(ckpt, p + "gate_up_proj", {2 * inner, d}));
-  PHI4MM_ASSIGN_OR_RETURN(f.down, LoadLinear(ckpt, p + "down_proj", {d, inner}));
+  PHI4MM_ASSIGN_OR_RETURN(f.gate_up, LoadLinear(ckpt, p + "gate_up_proj", {2 * inner, d}, format, pool));
+  PHI4MM_ASSIGN_OR_RETURN(f.down, LoadLinear(ckpt, p + "down_proj", {d, inner}, format, pool));
   return f;
 }
 
@@ -191,7 +194,12 @@ struct SpeechModel::Weights {
   Linear up_speech, down_speech, up_vision_speech, down_vision_speech;  // [Ht, D], [Ht, Ht]
 };
 
-Result<std::shared_ptr<const SpeechModel>> SpeechModel::Load(const Checkpoint& ckpt, const ModelConfig& cfg) {
+std::optional<WeightFormat> SpeechModel::EncoderLinearFormat(QuantMode quant) {
+  return FormatFor(TensorRole::kEncoderLinear, quant);
+}
+
+Result<std::shared_ptr<const SpeechModel>> SpeechModel::Load(const Checkpoint& ckpt, const ModelConfig& cfg,
+                                                             QuantMode quant, ThreadPool* pool) {
   const AudioConfig& c = cfg.audio;
   const int64_t d = c.hidden_size, ch = c.nemo_conv_channels, inner = c.intermediate_size;
   if (c.num_attention_heads <= 0 || d % c.num_attention_heads != 0)
@@ -210,6 +218,7 @@ Result<std::shared_ptr<const SpeechModel>> SpeechModel::Load(const Checkpoint& c
   if (c.kernel_size < 1 || c.bias_max_distance < 1 || c.input_size < 1)
     return InvalidArgument("audio config: kernel_size, bias_max_distance and input_size must be positive");
 
+  const std::optional<WeightFormat> lin = EncoderLinearFormat(quant);
   auto w = std::make_shared<Weights>();
   w->cfg = c;
   w->text_hidden = cfg.text.hidden_size;
@@ -224,32 +233,32 @@ Result<std::shared_ptr<const SpeechModel>> SpeechModel::Load(const Checkpoint& c
     const std::string dw = e + "embed.conv." + std::to_string(3 * s - 1), pw = e + "embed.conv." + std::to_string(3 * s);
     PHI4MM_ASSIGN_OR_RETURN(st.dw_w, LoadFloats(ckpt, dw + ".weight", {ch, 1, 3, 3}));
     PHI4MM_ASSIGN_OR_RETURN(st.dw_b, LoadFloats(ckpt, dw + ".bias", {ch}));
-    PHI4MM_ASSIGN_OR_RETURN(st.pw, LoadLinear(ckpt, pw, {ch, ch, 1, 1}));
+    PHI4MM_ASSIGN_OR_RETURN(st.pw, LoadLinear(ckpt, pw, {ch, ch, 1, 1}, lin, pool));
     w->stages.push_back(std::move(st));
     freq = Stride2Length(freq);
   }
   w->final_freq = freq;
-  PHI4MM_ASSIGN_OR_RETURN(w->out, LoadLinear(ckpt, e + "embed.out", {d, ch * freq}));
+  PHI4MM_ASSIGN_OR_RETURN(w->out, LoadLinear(ckpt, e + "embed.out", {d, ch * freq}, lin, pool));
   PHI4MM_ASSIGN_OR_RETURN(w->rel_table, LoadFloats(ckpt, e + "relative_attention_bias_layer.bias_values.weight",
                                                    {2 * c.bias_max_distance, c.num_attention_heads}));
   for (int64_t j = 0; j < c.num_blocks; ++j) {
     const std::string p = e + "encoders." + std::to_string(j) + ".";
     Block b;
-    PHI4MM_ASSIGN_OR_RETURN(b.ff_in, LoadFeedForward(ckpt, p + "feed_forward_in.", d, inner));
-    PHI4MM_ASSIGN_OR_RETURN(b.ff_out, LoadFeedForward(ckpt, p + "feed_forward_out.", d, inner));
+    PHI4MM_ASSIGN_OR_RETURN(b.ff_in, LoadFeedForward(ckpt, p + "feed_forward_in.", d, inner, lin, pool));
+    PHI4MM_ASSIGN_OR_RETURN(b.ff_out, LoadFeedForward(ckpt, p + "feed_forward_out.", d, inner, lin, pool));
     PHI4MM_ASSIGN_OR_RETURN(b.norm_att, LoadLayerNorm(ckpt, p + "layer_norm_att", d));
-    PHI4MM_ASSIGN_OR_RETURN(b.q, LoadLinear(ckpt, p + "self_attn.q_proj", {d, d}));
-    PHI4MM_ASSIGN_OR_RETURN(b.k, LoadLinear(ckpt, p + "self_attn.k_proj", {d, d}));
-    PHI4MM_ASSIGN_OR_RETURN(b.v, LoadLinear(ckpt, p + "self_attn.v_proj", {d, d}));
-    PHI4MM_ASSIGN_OR_RETURN(b.o, LoadLinear(ckpt, p + "self_attn.o_proj", {d, d}));
+    PHI4MM_ASSIGN_OR_RETURN(b.q, LoadLinear(ckpt, p + "self_attn.q_proj", {d, d}, lin, pool));
+    PHI4MM_ASSIGN_OR_RETURN(b.k, LoadLinear(ckpt, p + "self_attn.k_proj", {d, d}, lin, pool));
+    PHI4MM_ASSIGN_OR_RETURN(b.v, LoadLinear(ckpt, p + "self_attn.v_proj", {d, d}, lin, pool));
+    PHI4MM_ASSIGN_OR_RETURN(b.o, LoadLinear(ckpt, p + "self_attn.o_proj", {d, d}, lin, pool));
     PHI4MM_ASSIGN_OR_RETURN(b.norm_conv, LoadLayerNorm(ckpt, p + "conv.layer_norm", d));
-    PHI4MM_ASSIGN_OR_RETURN(b.glu_pw, LoadLinear(ckpt, p + "conv.glu.ext_pw_conv_1d", {2 * d, d, 1}));
+    PHI4MM_ASSIGN_OR_RETURN(b.glu_pw, LoadLinear(ckpt, p + "conv.glu.ext_pw_conv_1d", {2 * d, d, 1}, lin, pool));
     PHI4MM_ASSIGN_OR_RETURN(b.glu_b1, LoadFloats(ckpt, p + "conv.glu.b1", {1, d, 1}));
     PHI4MM_ASSIGN_OR_RETURN(b.glu_b2, LoadFloats(ckpt, p + "conv.glu.b2", {1, d, 1}));
     PHI4MM_ASSIGN_OR_RETURN(b.dw_w, LoadFloats(ckpt, p + "conv.dw_sep_conv_1d.dw_conv.weight", {d, 1, c.kernel_size}));
     PHI4MM_ASSIGN_OR_RETURN(b.dw_b, LoadFloats(ckpt, p + "conv.dw_sep_conv_1d.dw_conv.bias", {d}));
-    PHI4MM_ASSIGN_OR_RETURN(b.dw_pw, LoadLinear(ckpt, p + "conv.dw_sep_conv_1d.pw_conv", {d, d, 1}));
-    PHI4MM_ASSIGN_OR_RETURN(b.ext_pw, LoadLinear(ckpt, p + "conv.ext_pw_conv_1d", {d, d, 1}));
+    PHI4MM_ASSIGN_OR_RETURN(b.dw_pw, LoadLinear(ckpt, p + "conv.dw_sep_conv_1d.pw_conv", {d, d, 1}, lin, pool));
+    PHI4MM_ASSIGN_OR_RETURN(b.ext_pw, LoadLinear(ckpt, p + "conv.ext_pw_conv_1d", {d, d, 1}, lin, pool));
     PHI4MM_ASSIGN_OR_RETURN(b.norm_final, LoadLayerNorm(ckpt, p + "layer_norm", d));
     w->blocks.push_back(std::move(b));
   }

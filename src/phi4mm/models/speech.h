@@ -6,12 +6,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "phi4mm/base/tensor_tap.h"
 #include "phi4mm/base/thread_pool.h"
 #include "phi4mm/io/checkpoint.h"
+#include "phi4mm/kernels/weight_matrix.h"
 #include "phi4mm/preprocess/audio_features.h"
 
 namespace phi4mm {
@@ -38,7 +40,17 @@ class SpeechEncodeJob {
 
 class SpeechModel {
  public:
-  static Result<std::shared_ptr<const SpeechModel>> Load(const Checkpoint& ckpt, const ModelConfig& cfg);
+  // `quant` picks the format of the encoder's linears (EncoderLinearFormat: the NeMo subsampling's
+  // pointwise convolutions and output linear, and every Conformer block's feed-forward, attention and
+  // pointwise-convolution matrices); the depthwise convolutions, norms, biases and the two audio
+  // projections keep the stored format. Conversion rows are split over `pool`.
+  static Result<std::shared_ptr<const SpeechModel>> Load(const Checkpoint& ckpt, const ModelConfig& cfg,
+                                                         QuantMode quant = QuantMode::kNone,
+                                                         ThreadPool* pool = nullptr);
+  // The format of those linears under `quant` (the manifest's policy, FormatFor kEncoderLinear, as
+  // for the vision encoder): as stored for kNone, bf16 for kBF16, Q8_0 for kQ8, kQ4 and kQ4M (their
+  // GEMMs are compute-bound; tests/speech_quant_test.cc bounds what int8 costs the features).
+  static std::optional<WeightFormat> EncoderLinearFormat(QuantMode quant);
   // Features for the clip's placeholder tokens: [features.num_tokens, text hidden_size].
   // `with_image`: the request also has an image (vision-speech projection).
   Result<std::vector<float>> Encode(const AudioFeatures& features, bool with_image, ThreadPool* pool,

@@ -199,7 +199,10 @@ void AddSpeech(const ModelConfig& mc, std::vector<TensorSpec>* m) {
   const AudioConfig& c = mc.audio;
   const int64_t d = c.hidden_size, ch = c.nemo_conv_channels, inner = c.intermediate_size, T = mc.text.hidden_size;
   const std::string a = names::kSpeechPrefix, e = a + "encoder.";
-  auto param = [&](const std::string& n, Shape s) { m->push_back({n, ModelPart::kSpeech, TensorRole::kParameter, std::move(s)}); };
+  auto param = [&](const std::string& n, Shape s, TensorRole r = TensorRole::kParameter) {
+    m->push_back({n, ModelPart::kSpeech, r, std::move(s)});
+  };
+  const TensorRole lin = TensorRole::kEncoderLinear;
   param(e + "encoder_embedding.global_mean", {c.input_size});
   param(e + "encoder_embedding.global_invstd", {c.input_size});
   param(e + "embed.conv.0.weight", {ch, 1, 3, 3});
@@ -211,11 +214,11 @@ void AddSpeech(const ModelConfig& mc, std::vector<TensorSpec>* m) {
     const std::string dw = e + "embed.conv." + std::to_string(3 * s - 1), pw = e + "embed.conv." + std::to_string(3 * s);
     param(dw + ".weight", {ch, 1, 3, 3});
     param(dw + ".bias", {ch});
-    param(pw + ".weight", {ch, ch, 1, 1});
+    param(pw + ".weight", {ch, ch, 1, 1}, lin);
     param(pw + ".bias", {ch});
     freq = Stride2Length(freq);
   }
-  param(e + "embed.out.weight", {d, ch * freq});
+  param(e + "embed.out.weight", {d, ch * freq}, lin);
   param(e + "embed.out.bias", {d});
   param(e + "relative_attention_bias_layer.bias_values.weight", {2 * c.bias_max_distance, c.num_attention_heads});
   for (int64_t j = 0; j < c.num_blocks; ++j) {
@@ -223,28 +226,28 @@ void AddSpeech(const ModelConfig& mc, std::vector<TensorSpec>* m) {
     for (const char* ff : {"feed_forward_in.", "feed_forward_out."}) {
       param(p + ff + "layer_norm.weight", {d});
       param(p + ff + "layer_norm.bias", {d});
-      param(p + ff + "gate_up_proj.weight", {2 * inner, d});
+      param(p + ff + "gate_up_proj.weight", {2 * inner, d}, lin);
       param(p + ff + "gate_up_proj.bias", {2 * inner});
-      param(p + ff + "down_proj.weight", {d, inner});
+      param(p + ff + "down_proj.weight", {d, inner}, lin);
       param(p + ff + "down_proj.bias", {d});
     }
     for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
-      param(p + "self_attn." + proj + ".weight", {d, d});
+      param(p + "self_attn." + proj + ".weight", {d, d}, lin);
       param(p + "self_attn." + proj + ".bias", {d});
     }
     for (const char* ln : {"layer_norm_att", "conv.layer_norm", "layer_norm"}) {
       param(p + ln + ".weight", {d});
       param(p + ln + ".bias", {d});
     }
-    param(p + "conv.glu.ext_pw_conv_1d.weight", {2 * d, d, 1});
+    param(p + "conv.glu.ext_pw_conv_1d.weight", {2 * d, d, 1}, lin);
     param(p + "conv.glu.ext_pw_conv_1d.bias", {2 * d});
     param(p + "conv.glu.b1", {1, d, 1});
     param(p + "conv.glu.b2", {1, d, 1});
     param(p + "conv.dw_sep_conv_1d.dw_conv.weight", {d, 1, c.kernel_size});
     param(p + "conv.dw_sep_conv_1d.dw_conv.bias", {d});
-    param(p + "conv.dw_sep_conv_1d.pw_conv.weight", {d, d, 1});
+    param(p + "conv.dw_sep_conv_1d.pw_conv.weight", {d, d, 1}, lin);
     param(p + "conv.dw_sep_conv_1d.pw_conv.bias", {d});
-    param(p + "conv.ext_pw_conv_1d.weight", {d, d, 1});
+    param(p + "conv.ext_pw_conv_1d.weight", {d, d, 1}, lin);
     param(p + "conv.ext_pw_conv_1d.bias", {d});
   }
   for (const char* proj : {"speech", "vision_speech"}) {

@@ -28,7 +28,9 @@ enum class TensorRole {
   kDecoderLinear,   // the base weight of a LoRA'd decoder projection (qkv, o, gate_up, down)
   kLoraA,           // a decoder LoRA adapter's A [r, in]
   kLoraB,           // a decoder LoRA adapter's B [out, r]
-  kEncoderLinear,   // a vision encoder layer's q/k/v/out/fc1/fc2 weight
+  kEncoderLinear,   // a vision encoder layer's q/k/v/out/fc1/fc2 weight, or a speech encoder linear
+                    // (subsampling pointwise convs and output, Conformer feed-forward, attention and
+                    // pointwise-conv weights)
   kParameter,       // every other tensor the engine reads (norms, biases, convolutions, projections)
   kUnused,          // stored in the checkpoint but not read (SigLIP head, post_layernorm, layers past feature_layer)
 };
@@ -77,7 +79,8 @@ StoredName StoredNameIn(const TensorSpec& spec, CheckpointLayout layout);
 // `phi4mm quantize` (std::nullopt = kept as stored). Decoder linears take LinearFormat(quant),
 // the embedding / lm_head EmbeddingFormat(quant); LoRA adapters bf16 under q8 and Q8_0 under q4
 // (the rank-r intermediate is too narrow for 4 bits; docs/benchmarks.md); vision encoder layers
-// bf16 under bf16 and Q8_0 under q8 and q4 (compute-bound GEMMs; tests/vision_quant_test.cc);
+// bf16 under bf16 and Q8_0 under q8 and q4 (compute-bound GEMMs; tests/vision_quant_test.cc), and
+// the speech encoder's linears the same (tests/speech_quant_test.cc);
 // everything else as stored.
 std::optional<WeightFormat> FormatFor(TensorRole role, QuantMode quant);
 

@@ -41,7 +41,7 @@ Result<const VisionModel*> Model::vision() const {
 Result<const SpeechModel*> Model::speech() const {
   std::lock_guard<std::mutex> lock(parts_mu_);
   if (!speech_) {
-    auto s = SpeechModel::Load(*checkpoint_, config_);
+    auto s = SpeechModel::Load(*checkpoint_, config_, quant_, pool_.get());
     if (!s.ok()) return s.status().WithContext("loading the speech part of '" + checkpoint_->dir() + "'");
     speech_ = std::move(s).value();
   }
