@@ -270,8 +270,9 @@ int BenchCommand(const BenchFlags& f) {
     }
     const AudioConfig& a = mc.audio;
     const double dd = static_cast<double>(a.hidden_size);
-    // Conformer blocks only: two FFNs, attention projections, the conv module's pointwise layers.
-    const double macs_frame = a.num_blocks * (4 * dd * a.intermediate_size + 8 * dd * dd);
+    // Conformer blocks only: two FFNs (gate_up [2I, D] and down [D, I]: 3·D·I each), the four
+    // attention projections and the conv module's pointwise layers (GLU [2D, D], two [D, D]): 8·D².
+    const double macs_frame = a.num_blocks * (6 * dd * a.intermediate_size + 8 * dd * dd);
     const double frames_per_s = 100.0 / static_cast<double>(a.time_reduction);
     const double ceil_rtf = 2 * macs_frame * frames_per_s / (peaks.f32_gflop_per_s * 1e9);
     const double rtf = timed.seconds / f.audio_seconds;
