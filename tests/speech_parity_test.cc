@@ -49,16 +49,6 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
   EXPECT_LE(err, kRelTol * scale) << what << ": max abs error " << err << " vs scale " << scale;
 }
 
-AudioFeatures ClipFeatures(const std::map<std::string, TensorView>& ref, int64_t num_tokens) {
-  AudioFeatures f;
-  const TensorView& mel = ref.at("log_mel");
-  f.frames = mel.shape[0];
-  f.num_mel = mel.shape[1];
-  f.log_mel = test::ToFloats(mel);
-  f.num_tokens = num_tokens;
-  return f;
-}
-
 std::vector<float> FirstRows(const std::vector<float>& v, int64_t rows, int64_t cols) {
   return std::vector<float>(v.begin(), v.begin() + rows * cols);
 }
@@ -76,7 +66,7 @@ TEST_P(SpeechEncoderParity, MatchesTransformers) {
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   const auto& ref = file->tensors();
   const int64_t n = info["num_tokens"];
-  const AudioFeatures feats = ClipFeatures(ref, n);
+  const AudioFeatures feats = test::ClipFeatures(ref, n);
   ASSERT_EQ(feats.frames, info["frames"].get<int64_t>());
 
   g_worst_rel = 0;
@@ -143,7 +133,7 @@ TEST_P(SpeechEndToEnd, MatchesTransformers) {
     auto clip_file = SafetensorsFile::Open(
         FixturePath(std::string(kDir) + index["clips"][clips[i]]["file"].get<std::string>()));
     ASSERT_TRUE(clip_file.ok()) << clip_file.status().ToString();
-    auto rows = speech->Encode(ClipFeatures(clip_file->tensors(), audio_counts[i]), with_image, model->pool(),
+    auto rows = speech->Encode(test::ClipFeatures(clip_file->tensors(), audio_counts[i]), with_image, model->pool(),
                                nullptr, "");
     ASSERT_TRUE(rows.ok()) << rows.status().ToString();
     media.audio.insert(media.audio.end(), rows->begin(), rows->end());
@@ -198,7 +188,7 @@ TEST(SpeechStreamingMask, ChunksAndLeftChunkLimitTheContext) {
   ASSERT_NE(full, nullptr);
   auto file = SafetensorsFile::Open(FixturePath(std::string(kDir) + "clip_short.safetensors"));
   ASSERT_TRUE(file.ok());
-  const AudioFeatures base = ClipFeatures(file->tensors(), 10);
+  const AudioFeatures base = test::ClipFeatures(file->tensors(), 10);
   const int64_t d = cfg.audio.hidden_size;
   auto encode = [&](const SpeechModel& m, const AudioFeatures& f) {
     test::MemoryTap tap;

@@ -13,7 +13,6 @@
 // bound 4%, and a cosine of at least 0.999 (1 - 0.04^2 / 2 = 0.9992).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -28,21 +27,6 @@ namespace {
 constexpr double kMaxSubsampledRelRms = 0.02;
 constexpr double kMaxRelRms = 0.04;
 constexpr double kMinCosine = 0.999;
-
-struct Diff {
-  double cosine = 0, rel_rms = 0;
-};
-
-Diff Compare(const std::vector<float>& got, const std::vector<float>& want) {
-  double dot = 0, gg = 0, ww = 0, ee = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    dot += static_cast<double>(got[i]) * want[i];
-    gg += static_cast<double>(got[i]) * got[i];
-    ww += static_cast<double>(want[i]) * want[i];
-    ee += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-  }
-  return {dot / std::sqrt(gg * ww), std::sqrt(ee / ww)};
-}
 
 TEST(SpeechQuant, FormatsPerMode) {
   EXPECT_FALSE(SpeechModel::EncoderLinearFormat(QuantMode::kNone).has_value());
@@ -66,12 +50,7 @@ TEST(SpeechQuant, Q8EncoderStaysCloseToFloat) {
   for (const auto& [clip, info] : clips.items()) {
     auto file = SafetensorsFile::Open(test::FixturePath(dir + info["file"].get<std::string>()));
     ASSERT_TRUE(file.ok()) << file.status().ToString();
-    const TensorView& mel = file->tensors().at("log_mel");
-    AudioFeatures feats;
-    feats.frames = mel.shape[0];
-    feats.num_mel = mel.shape[1];
-    feats.log_mel = test::ToFloats(mel);
-    feats.num_tokens = info["num_tokens"];
+    const AudioFeatures feats = test::ClipFeatures(file->tensors(), info["num_tokens"]);
     for (bool with_image : {false, true}) {
       test::MemoryTap tap_f, tap_q;
       auto want = (*f32)->Encode(feats, with_image, model->pool(), &tap_f, "");
@@ -79,10 +58,12 @@ TEST(SpeechQuant, Q8EncoderStaysCloseToFloat) {
       ASSERT_TRUE(want.ok()) << want.status().ToString();
       ASSERT_TRUE(got.ok()) << got.status().ToString();
       ASSERT_EQ(got->size(), want->size());
-      const Diff sub = Compare(tap_q.tensors.at("subsampled").data, tap_f.tensors.at("subsampled").data);
+      const test::FeatureDiff sub =
+          test::CompareFeatures(tap_q.tensors.at("subsampled").data, tap_f.tensors.at("subsampled").data);
       EXPECT_LE(sub.rel_rms, kMaxSubsampledRelRms) << clip;
-      const Diff enc = Compare(tap_q.tensors.at("encoder_output").data, tap_f.tensors.at("encoder_output").data);
-      const Diff feat = Compare(*got, *want);
+      const test::FeatureDiff enc =
+          test::CompareFeatures(tap_q.tensors.at("encoder_output").data, tap_f.tensors.at("encoder_output").data);
+      const test::FeatureDiff feat = test::CompareFeatures(*got, *want);
       std::printf("[speech q8] %s%s: subsampled rel RMS %.4f; encoder output cosine %.6f rel RMS %.4f; features "
                   "cosine %.6f rel RMS %.4f\n",
                   clip.c_str(), with_image ? " (vision-speech projection)" : "", sub.rel_rms, enc.cosine, enc.rel_rms,
@@ -91,7 +72,7 @@ TEST(SpeechQuant, Q8EncoderStaysCloseToFloat) {
       EXPECT_LE(enc.rel_rms, kMaxRelRms) << clip;
       EXPECT_GE(feat.cosine, kMinCosine) << clip;
       EXPECT_LE(feat.rel_rms, kMaxRelRms) << clip;
-      // The float model is the float model: kNone leaves the stored weights alone.
+      // q8 really converted: its output is not the float encoder's.
       EXPECT_GT(enc.rel_rms, 0.0) << clip << ": q8 and float gave identical encoder outputs";
     }
   }

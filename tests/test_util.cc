@@ -99,6 +99,27 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+FeatureDiff CompareFeatures(const std::vector<float>& got, const std::vector<float>& want) {
+  double dot = 0, gg = 0, ww = 0, ee = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    dot += static_cast<double>(got[i]) * want[i];
+    gg += static_cast<double>(got[i]) * got[i];
+    ww += static_cast<double>(want[i]) * want[i];
+    ee += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+  }
+  return {dot / std::sqrt(gg * ww), std::sqrt(ee / ww)};
+}
+
+AudioFeatures ClipFeatures(const std::map<std::string, TensorView>& ref, int64_t num_tokens) {
+  AudioFeatures f;
+  const TensorView& mel = ref.at("log_mel");
+  f.frames = mel.shape[0];
+  f.num_mel = mel.shape[1];
+  f.log_mel = ToFloats(mel);
+  f.num_tokens = num_tokens;
+  return f;
+}
+
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

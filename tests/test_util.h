@@ -12,6 +12,7 @@
 #include "phi4mm/base/tensor_tap.h"
 #include "phi4mm/io/safetensors.h"
 #include "phi4mm/models/lora_mode.h"
+#include "phi4mm/preprocess/audio_features.h"
 #include "phi4mm/runtime/model.h"
 
 namespace phi4mm::test {
@@ -39,6 +40,17 @@ std::vector<float> Gaussian(size_t n, uint32_t seed, float sigma = 1.0f);
 
 double MaxAbs(const std::vector<float>& v);
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
+
+// How close `got` is to `want` as a whole (the encoders' quantization tests): cosine similarity and
+// RMS error relative to want's RMS, both accumulated in double.
+struct FeatureDiff {
+  double cosine = 0, rel_rms = 0;
+};
+FeatureDiff CompareFeatures(const std::vector<float>& got, const std::vector<float>& want);
+
+// The features of a reference speech clip (its "log_mel" tensor, [frames, mel bins]) for
+// `num_tokens` audio placeholder tokens.
+AudioFeatures ClipFeatures(const std::map<std::string, TensorView>& ref, int64_t num_tokens);
 
 // The real tokenizer of tests/fixtures/tokenizer, loaded once per process (aborts the test binary
 // with a reported failure if it cannot be loaded: every tokenizer test needs it).

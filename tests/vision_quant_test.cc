@@ -12,7 +12,6 @@
 // which is what a 2% relative RMS error implies (cos ~ 1 - e^2 / 2).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -25,21 +24,6 @@ namespace {
 
 constexpr double kMaxRelRms = 0.02;
 constexpr double kMinCosine = 0.999;
-
-struct Diff {
-  double cosine = 0, rel_rms = 0;
-};
-
-Diff Compare(const std::vector<float>& got, const std::vector<float>& want) {
-  double dot = 0, gg = 0, ww = 0, ee = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    dot += static_cast<double>(got[i]) * want[i];
-    gg += static_cast<double>(got[i]) * got[i];
-    ww += static_cast<double>(want[i]) * want[i];
-    ee += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-  }
-  return {dot / std::sqrt(gg * ww), std::sqrt(ee / ww)};
-}
 
 ProcessedImage SyntheticImage(const ModelConfig& mc, int64_t width, int64_t height, int dynamic_hd) {
   Image img;
@@ -94,8 +78,9 @@ TEST(VisionQuant, Q8EncoderStaysCloseToFloat) {
       if (name.rfind("layer.", 0) == 0 && (last.empty() || std::stoi(name.substr(6)) > std::stoi(last.substr(6))))
         last = name;
     ASSERT_FALSE(last.empty());
-    const Diff layer = Compare(tap_q.tensors.at(last).data, tap_f.tensors.at(last).data);
-    const Diff feat = Compare(*got, *want);
+    const test::FeatureDiff layer =
+        test::CompareFeatures(tap_q.tensors.at(last).data, tap_f.tensors.at(last).data);
+    const test::FeatureDiff feat = test::CompareFeatures(*got, *want);
     std::printf("[vision q8] %lld crops: feature layer cosine %.6f rel RMS %.4f; features cosine %.6f rel RMS %.4f\n",
                 static_cast<long long>(img.num_crops), layer.cosine, layer.rel_rms, feat.cosine, feat.rel_rms);
     EXPECT_GE(layer.cosine, kMinCosine);
