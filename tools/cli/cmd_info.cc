@@ -5,6 +5,7 @@
 
 #include "cli_common.h"
 #include "phi4mm/kernels/isa.h"
+#include "phi4mm/kernels/quant_kernels.h"
 
 namespace phi4mm::cli {
 
@@ -65,7 +66,7 @@ int InfoCommand(const ModelFlags& mf, bool as_json) {
   j["eos_token_ids"] = c.generation.eos_token_ids;
   std::vector<std::string> isas;
   for (Isa isa : AvailableIsas()) isas.push_back(IsaName(isa));
-  j["kernels"] = {{"isa", IsaName(ActiveIsa())}, {"available", isas}};
+  j["kernels"] = {{"isa", IsaName(ActiveIsa())}, {"table", ActiveKernels().name}, {"available", isas}};
   if (as_json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -99,7 +100,7 @@ int InfoCommand(const ModelFlags& mf, bool as_json) {
               Human(static_cast<double>(kv_full)).c_str());
   std::string avail;
   for (const std::string& n : isas) avail += (avail.empty() ? "" : ", ") + n;
-  std::printf("kernels:         %s (this CPU and build offer %s; PHI4MM_ISA picks one)\n", IsaName(ActiveIsa()),
+  std::printf("kernels:         %s (this CPU and build offer %s; PHI4MM_ISA picks one)\n", ActiveKernels().name,
               avail.c_str());
   return 0;
 }

@@ -28,7 +28,11 @@ CpuFeatures Detect() {
   CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
+  const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const unsigned base_family = (a >> 8) & 0xF;
+  const unsigned family = base_family == 0xF ? base_family + ((a >> 20) & 0xFF) : base_family;
   const bool osxsave = (c >> 27) & 1;
   const uint64_t xcr0 = osxsave ? Xgetbv0() : 0;
   const bool avx_state = (xcr0 & 0x6) == 0x6;          // XMM and YMM state
@@ -41,6 +45,7 @@ CpuFeatures Detect() {
     f.avx512bw = avx512_state && ((b >> 30) & 1);
     f.avx512vl = avx512_state && ((b >> 31) & 1);
     f.avx512vnni = avx512_state && ((c >> 11) & 1);
+    f.avx512_zmm_full_rate = f.avx512vnni && amd && family >= 0x1A;
   }
 #elif defined(__aarch64__) && defined(__linux__)
   // The bit numbers of the Linux arm64 ABI (arch/arm64/include/uapi/asm/hwcap.h): HWCAP_ASIMD is

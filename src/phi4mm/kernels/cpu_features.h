@@ -15,6 +15,11 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512vnni = false;
+  // A 512-bit vpdpbusd runs at the rate of a 256-bit one, i.e. twice the multiply-adds per cycle
+  // (AMD family 1Ah, Zen 5, and later). No CPUID bit says so: it is read from the vendor and family.
+  // Intel's cores split a zmm vpdpbusd over the two ports that run two ymm ones; Zen 4 (family 19h)
+  // runs it in two halves.
+  bool avx512_zmm_full_rate = false;
   // aarch64: Advanced SIMD (baseline on every aarch64 CPU) and the SDOT/UDOT dot-product
   // instructions (ARMv8.2 FEAT_DotProd, "asimddp" in /proc/cpuinfo).
   bool neon = false;

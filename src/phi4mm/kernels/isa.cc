@@ -12,6 +12,7 @@ namespace {
 
 struct Choice {
   Isa isa = Isa::kScalar;
+  Avx512Tiles tiles = Avx512Tiles::kYmm;
   Status status;
 };
 
@@ -22,6 +23,10 @@ const Choice& GetChoice() {
     Choice c;
     if (r.ok()) c.isa = *r;
     else c.status = r.status();
+    const char* tiles_env = std::getenv("PHI4MM_AVX512_TILES");
+    Result<Avx512Tiles> t = ResolveAvx512Tiles(tiles_env ? tiles_env : "", GetCpuFeatures());
+    if (t.ok()) c.tiles = *t;
+    else if (c.status.ok()) c.status = t.status();
     return c;
   }();
   return choice;
@@ -120,6 +125,18 @@ Result<Isa> ResolveIsa(std::string_view request, const CpuFeatures& f) {
 }
 
 Isa ActiveIsa() { return GetChoice().isa; }
+
+const char* Avx512TilesName(Avx512Tiles t) { return t == Avx512Tiles::kZmm ? "zmm" : "ymm"; }
+
+Result<Avx512Tiles> ResolveAvx512Tiles(std::string_view request, const CpuFeatures& f) {
+  if (request.empty()) return f.avx512_zmm_full_rate ? Avx512Tiles::kZmm : Avx512Tiles::kYmm;
+  if (request == "ymm") return Avx512Tiles::kYmm;
+  if (request == "zmm") return Avx512Tiles::kZmm;
+  return InvalidArgument("PHI4MM_AVX512_TILES=" + std::string(request) +
+                         " is not a tile width (expected ymm or zmm, or unset for the one this CPU runs faster)");
+}
+
+Avx512Tiles ActiveAvx512Tiles() { return GetChoice().tiles; }
 
 Status IsaOverrideStatus() { return GetChoice().status; }
 

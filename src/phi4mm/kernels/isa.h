@@ -35,7 +35,18 @@ Result<Isa> ResolveIsa(std::string_view request, const CpuFeatures& f);
 // The ISA of this process, resolved once from PHI4MM_ISA and the CPU (scalar when the override
 // was refused).
 Isa ActiveIsa();
-// OK, or the refusal of PHI4MM_ISA (the CLI and Model::Load return it).
+
+// Within the avx512 ISA, the register width of the Q4_K tile (and of the int8 peak it is measured
+// against): zmm, two blocks per register, where the CPU runs a 512-bit vpdpbusd at the 256-bit rate
+// (CpuFeatures::avx512_zmm_full_rate), else ymm. PHI4MM_AVX512_TILES=ymm|zmm overrides it (both run
+// on every AVX-512 VNNI CPU; benchmarks compare them); any other value is refused like a bad
+// PHI4MM_ISA.
+enum class Avx512Tiles { kYmm, kZmm };
+const char* Avx512TilesName(Avx512Tiles t);
+Result<Avx512Tiles> ResolveAvx512Tiles(std::string_view request, const CpuFeatures& f);
+Avx512Tiles ActiveAvx512Tiles();
+
+// OK, or the refusal of PHI4MM_ISA or PHI4MM_AVX512_TILES (the CLI and Model::Load return it).
 Status IsaOverrideStatus();
 
 }  // namespace phi4mm

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "phi4mm/kernels/isa.h"
+#include "phi4mm/kernels/quant_kernels.h"
 
 namespace phi4mm {
 
@@ -73,7 +74,10 @@ Loops LoopsFor(Isa isa) {
   switch (isa) {
 #if defined(PHI4MM_BUILD_X86_KERNELS)
     case Isa::kAvx2: return {pi::ReadSumAvx2, pi::FmaLoopAvx2, pi::Int8LoopAvx2, 256.0, pi::Int8PairLoopAvx2};
-    case Isa::kAvx512: return {pi::ReadSumAvx2, pi::FmaLoopAvx2, pi::Int8LoopVnni, pi::kInt8LoopVnniMacs, nullptr};
+    case Isa::kAvx512:
+      if (ActiveAvx512Tiles() == Avx512Tiles::kZmm)
+        return {pi::ReadSumAvx2, pi::FmaLoopAvx2, pi::Int8LoopVnniZmm, pi::kInt8LoopVnniZmmMacs, nullptr};
+      return {pi::ReadSumAvx2, pi::FmaLoopAvx2, pi::Int8LoopVnni, pi::kInt8LoopVnniMacs, nullptr};
 #endif
 #if defined(PHI4MM_BUILD_ARM_KERNELS)
     case Isa::kNeon: return {pi::ReadSumNeon, pi::FmaLoopNeon, pi::Int8LoopNeon, pi::kInt8LoopNeonMacs, nullptr};
@@ -126,7 +130,7 @@ double MeasureReadBandwidth(ThreadPool* pool, const PeakOptions& opts) {
 MachinePeaks MeasureMachinePeaks(ThreadPool* pool, const PeakOptions& opts) {
   MachinePeaks m;
   m.threads = pool ? pool->num_threads() : 1;
-  m.isa = IsaName(ActiveIsa());
+  m.isa = ActiveKernels().name;
   const Loops loops = LoopsFor(ActiveIsa());
   const int T = m.threads;
   const int trials = std::max(1, opts.trials);

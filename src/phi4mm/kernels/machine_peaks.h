@@ -62,6 +62,9 @@ int32_t Int8PairLoopAvx2(int64_t iters, int32_t seed);
 // instruction (12 chains cover its latency at two per cycle).
 inline constexpr int kInt8LoopVnniMacs = 384;
 int32_t Int8LoopVnni(int64_t iters, int32_t seed);
+// The same 12 chains on zmm (the avx512zmm table's Q4_K tile).
+inline constexpr int kInt8LoopVnniZmmMacs = 768;
+int32_t Int8LoopVnniZmm(int64_t iters, int32_t seed);
 // NEON (machine_peaks_neon*.cc, aarch64 builds): a 128-byte-per-step streaming read, 24
 // independent 4-wide fmla chains (192 FLOP per iteration, as the AVX2 loop), and 8 independent
 // int8 chains: sdot (kInt8LoopNeonDotMacs per iteration) or smlal / smlal2 into int16

@@ -125,7 +125,9 @@ const MatMulKernels& KernelsFor(Isa isa) {
   switch (isa) {
 #if defined(PHI4MM_BUILD_X86_KERNELS)
     case Isa::kAvx2: return quant_internal::Avx2Kernels();
-    case Isa::kAvx512: return quant_internal::Avx512Kernels();
+    case Isa::kAvx512:
+      return ActiveAvx512Tiles() == Avx512Tiles::kZmm ? quant_internal::Avx512ZmmKernels()
+                                                       : quant_internal::Avx512Kernels();
 #endif
 #if defined(PHI4MM_BUILD_ARM_KERNELS)
     case Isa::kNeon: return quant_internal::NeonKernels();
@@ -137,7 +139,16 @@ const MatMulKernels& KernelsFor(Isa isa) {
 
 std::vector<const MatMulKernels*> AvailableKernels() {
   std::vector<const MatMulKernels*> v;
-  for (Isa isa : AvailableIsas()) v.push_back(&KernelsFor(isa));
+  for (Isa isa : AvailableIsas()) {
+#if defined(PHI4MM_BUILD_X86_KERNELS)
+    if (isa == Isa::kAvx512) {
+      v.push_back(&quant_internal::Avx512Kernels());
+      v.push_back(&quant_internal::Avx512ZmmKernels());
+      continue;
+    }
+#endif
+    v.push_back(&KernelsFor(isa));
+  }
   return v;
 }
 

@@ -72,13 +72,18 @@ struct MatMulKernels {
   // packed_a8_row_bytes(cols) bytes. Null: the tile reads the A8 rows.
   void (*pack_a8)(const uint8_t* a8_row, int64_t cols, uint8_t* out) = nullptr;
   size_t (*packed_a8_row_bytes)(int64_t cols) = nullptr;
+  // The same for the Q4_K tile's activations: from one A8K row (quantize_a8k's output).
+  void (*pack_a8k)(const uint8_t* a8k_row, int64_t cols, uint8_t* out) = nullptr;
+  size_t (*packed_a8k_row_bytes)(int64_t cols) = nullptr;
 };
 
 const MatMulKernels& ScalarKernels();
 // The table of `isa`; only call it for an ISA in AvailableIsas() (the per-ISA tables exist only in
-// builds for their architecture; for any other ISA this returns the scalar table).
+// builds for their architecture; for any other ISA this returns the scalar table). For avx512, the
+// variant of ActiveAvx512Tiles(): "avx512" (ymm Q4_K tile) or "avx512zmm".
 const MatMulKernels& KernelsFor(Isa isa);
-// The table of every ISA in AvailableIsas(), scalar first (for tests and benchmarks).
+// Every table of every ISA in AvailableIsas(), scalar first, both avx512 variants (for tests and
+// benchmarks). Each table's name starts with its ISA's name.
 std::vector<const MatMulKernels*> AvailableKernels();
 // The table used by WeightMatrix::MatMul: KernelsFor(ActiveIsa()).
 const MatMulKernels& ActiveKernels();
@@ -88,6 +93,7 @@ namespace quant_internal {
 // through KernelsFor.
 const MatMulKernels& Avx2Kernels();
 const MatMulKernels& Avx512Kernels();
+const MatMulKernels& Avx512ZmmKernels();  // the avx512 table with the two-block zmm Q4_K tile
 const MatMulKernels& NeonKernels();
 const MatMulKernels& NeonDotKernels();
 }  // namespace quant_internal

@@ -222,8 +222,8 @@ void WeightMatrix::MatMulWith(const MatMulKernels& k, const float* x, int64_t n,
 
   // Activations: float rows as given, or int8 blocks quantized here once for all threads.
   // The buffer is per calling thread; workers only read it while this call waits for them.
-  // A table whose Q8_0 tile has its own activation layout (pack_a8) gets each quantized row
-  // repacked into `packed`.
+  // A table whose Q8_0 or Q4_K tile has its own activation layout (pack_a8, pack_a8k) gets each
+  // quantized row repacked into `packed`.
   thread_local std::vector<uint8_t> act, packed;
   const uint8_t* a = reinterpret_cast<const uint8_t*>(x);
   size_t a_stride = static_cast<size_t>(cols_) * sizeof(float);
@@ -231,16 +231,18 @@ void WeightMatrix::MatMulWith(const MatMulKernels& k, const float* x, int64_t n,
     const bool q4 = format_ == WeightFormat::kQ4K;
     a_stride = q4 ? A8KRowBytes(cols_) : A8RowBytes(cols_);
     const QuantizeRowFn quantize = q4 ? k.quantize_a8k : k.quantize_a8;
-    const bool pack = !q4 && k.pack_a8 != nullptr;
-    const size_t p_stride = pack ? k.packed_a8_row_bytes(cols_) : 0;
+    const auto pack_fn = q4 ? k.pack_a8k : k.pack_a8;
+    const bool pack = pack_fn != nullptr;
+    const size_t p_stride = pack ? (q4 ? k.packed_a8k_row_bytes : k.packed_a8_row_bytes)(cols_) : 0;
     if (act.size() < static_cast<size_t>(n) * a_stride) act.resize(static_cast<size_t>(n) * a_stride);
-    if (packed.size() < static_cast<size_t>(n) * p_stride) packed.resize(static_cast<size_t>(n) * p_stride);
+    // The packed buffer starts on a cache line (the AVX-512 layouts are whole lines per row).
+    if (packed.size() < static_cast<size_t>(n) * p_stride + 64) packed.resize(static_cast<size_t>(n) * p_stride + 64);
     uint8_t* buf = act.data();
-    uint8_t* pbuf = packed.data();
+    uint8_t* pbuf = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
     auto quant = [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         quantize(x + i * cols_, cols_, buf + i * a_stride);
-        if (pack) k.pack_a8(buf + i * a_stride, cols_, pbuf + i * p_stride);
+        if (pack) pack_fn(buf + i * a_stride, cols_, pbuf + i * p_stride);
       }
     };
     if (pool != nullptr && n >= 32) pool->ParallelFor(n, quant, 16);
