@@ -66,6 +66,43 @@ TEST(Sampler, TopPKeepsTheSmallestPrefixReachingP) {
   EXPECT_EQ(Draws(o, l, 3), (std::set<int32_t>{0}));
 }
 
+// A large vocabulary whose top-p prefix is thousands of ids (the sampler sorts a prefix of 256 and
+// widens it) and whose logit order is not the id order: every draw is inside the prefix a full
+// sort gives, the draws reach deep into it, and min-p on top cuts it where a full sort would.
+TEST(Sampler, TopPOverAWideVocabularyMatchesAFullSort) {
+  const int64_t vocab = 5000;
+  std::vector<float> l(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) l[static_cast<size_t>((i * 7919) % vocab)] = -0.001f * static_cast<float>(i);
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  double total = 0;
+  for (float v : l) total += std::exp(static_cast<double>(v - l[order[0]]));
+  auto prefix = [&](double p) {
+    double cum = 0;
+    size_t k = 0;
+    while (k < order.size()) {
+      cum += std::exp(static_cast<double>(l[order[k++]] - l[order[0]]));
+      if (cum >= p * total) break;
+    }
+    return std::set<int32_t>(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
+  };
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  o.top_p = 0.8f;
+  const std::set<int32_t> want = prefix(static_cast<double>(o.top_p));
+  ASSERT_GT(want.size(), 1024u);  // wider than the first two sorted prefixes
+  const std::set<int32_t> got = Draws(o, l, vocab, 4000);
+  for (int32_t id : got) EXPECT_TRUE(want.count(id)) << id;
+  EXPECT_GT(got.size(), want.size() / 2);
+  // min-p 0.5: exp(l - max) >= 0.5, i.e. the ids whose logit is within log 2 of the maximum.
+  o.min_p = 0.5f;
+  std::set<int32_t> within;
+  for (int32_t id : want)
+    if (std::exp(static_cast<double>(l[id] - l[order[0]])) >= 0.5) within.insert(id);
+  for (int32_t id : Draws(o, l, vocab, 4000)) EXPECT_TRUE(within.count(id)) << id;
+}
+
 TEST(Sampler, MinPDropsUnlikelyTokens) {
   std::vector<float> l = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
   SamplingOptions o;
