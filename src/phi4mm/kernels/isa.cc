@@ -126,8 +126,6 @@ Result<Isa> ResolveIsa(std::string_view request, const CpuFeatures& f) {
 
 Isa ActiveIsa() { return GetChoice().isa; }
 
-const char* Avx512TilesName(Avx512Tiles t) { return t == Avx512Tiles::kZmm ? "zmm" : "ymm"; }
-
 Result<Avx512Tiles> ResolveAvx512Tiles(std::string_view request, const CpuFeatures& f) {
   if (request.empty()) return f.avx512_zmm_full_rate ? Avx512Tiles::kZmm : Avx512Tiles::kYmm;
   if (request == "ymm") return Avx512Tiles::kYmm;

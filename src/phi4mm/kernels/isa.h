@@ -42,7 +42,6 @@ Isa ActiveIsa();
 // on every AVX-512 VNNI CPU; benchmarks compare them); any other value is refused like a bad
 // PHI4MM_ISA.
 enum class Avx512Tiles { kYmm, kZmm };
-const char* Avx512TilesName(Avx512Tiles t);
 Result<Avx512Tiles> ResolveAvx512Tiles(std::string_view request, const CpuFeatures& f);
 Avx512Tiles ActiveAvx512Tiles();
 

@@ -159,6 +159,12 @@ inline float HSum16(__m512 v) {
   return HSum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 }
 
+// [lo x 8, hi x 8] as one zmm of floats.
+inline __m512 Halves(float lo, float hi) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(lo)), _mm256_castps_pd(_mm256_set1_ps(hi)), 1));
+}
+
 // Two blocks per zmm (block b in lanes 0-7, b + 1 in lanes 8-15) over A8Pair activations: per
 // (weight row, activation row) one vpdpbusd, one convert, one scale product and one FMA per 64
 // multiply-adds, and nothing per activation row but two loads. The weight side (two 32-byte loads,
@@ -194,8 +200,7 @@ struct Q8x2VnniImpl {
         wv[r] = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs))),
                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b + 1].qs)), 1);
         start[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, wv[r]));
-        dw[r] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(_cvtsh_ss(w[r][b].d))),
-                                                    _mm256_castps_pd(_mm256_set1_ps(_cvtsh_ss(w[r][b + 1].d))), 1));
+        dw[r] = Halves(_cvtsh_ss(w[r][b].d), _cvtsh_ss(w[r][b + 1].d));
       }
 #pragma GCC unroll 8
       for (int i = 0; i < N; ++i) {
@@ -283,12 +288,6 @@ void PackA8KPairs(const uint8_t* a8k_row, int64_t cols, uint8_t* out) {
       }
     }
   }
-}
-
-// [lo x 8, hi x 8] as one zmm of floats.
-inline __m512 Halves(float lo, float hi) {
-  return _mm512_castpd_ps(
-      _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(lo)), _mm256_castps_pd(_mm256_set1_ps(hi)), 1));
 }
 
 struct Q4KPairImpl {

@@ -205,12 +205,14 @@ int32_t Sampler::Sample(std::span<float> logits) {
           std::remove_if(idx_.begin(), idx_.end(), [&](int32_t id) { return logits[id] < floor; }) - idx_.begin());
     }
   }
+  // The kept ids' weights once, for their sum and the walk.
+  std::vector<double> p(keep);
   double kept_total = 0;
-  for (size_t i = 0; i < keep; ++i) kept_total += weight(idx_[i]);
+  for (size_t i = 0; i < keep; ++i) kept_total += p[i] = weight(idx_[i]);
   std::uniform_real_distribution<double> u(0.0, kept_total);
   double r = u(rng_), acc = 0;
   for (size_t i = 0; i < keep; ++i) {
-    acc += weight(idx_[i]);
+    acc += p[i];
     if (r < acc) return idx_[i];
   }
   return idx_[keep - 1];
