@@ -42,9 +42,11 @@ def model_name(client):
 
 
 @pytest.fixture(scope="module")
-def small_server():
-    """One running slot and one queue place: the third simultaneous request gets 429."""
-    yield from _serve("--max-running", "1", "--max-queue", "1")
+def small_server(wide_model):
+    """One running slot and one queue place: the third simultaneous request gets 429. On the wide
+    model, so that a request can keep the slot busy for seconds (the tiny model decodes 480 tokens,
+    its whole context, in a quarter of a second)."""
+    yield from _serve("--max-running", "1", "--max-queue", "1", model=wide_model)
 
 
 @pytest.fixture(scope="module")

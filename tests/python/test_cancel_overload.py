@@ -19,7 +19,12 @@ NO_EOS = {"200020": -100, "199999": -100}  # <|end|> and <|endoftext|>: the answ
 DISCONNECT = 'phi4mm_cancelled_total{reason="disconnect"}'
 
 
-def long_body(stream, max_tokens=400, content="Write a long poem about the sea."):
+# The wide model's context holds 12000 new tokens: seconds of decoding, so an answer cannot finish
+# (the tiny model's 512 positions take a quarter of a second) before its client's leaving is noticed.
+LONG = 12000
+
+
+def long_body(stream, max_tokens=LONG, content="Write a long poem about the sea."):
     return {"model": "m", "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
             "temperature": 0, "stream": stream, "logit_bias": NO_EOS}
 
@@ -45,6 +50,8 @@ def closed_and_released(server, sock, before):
     assert idle is not None, "the request still holds its slot 5 s after its client left"
     assert took < 1.0, f"released {took:.2f} s after the disconnect"
     assert idle[DISCONNECT] == before[DISCONNECT] + 1, idle
+    assert idle["phi4mm_generation_tokens_total"] == before["phi4mm_generation_tokens_total"], \
+        "the cancelled answer was counted as finished"
     return idle
 
 
@@ -53,7 +60,8 @@ def idle_metrics(server):
     return server.metrics()
 
 
-def test_disconnect_while_streaming(server):
+def test_disconnect_while_streaming(wide_server):
+    server = wide_server
     before = idle_metrics(server)
     sock = server.raw_post("/v1/chat/completions", long_body(True))
     got = read_until(sock, b"\r\n\r\n")
@@ -62,21 +70,24 @@ def test_disconnect_while_streaming(server):
         assert more, got
         got += more
     after = closed_and_released(server, sock, before)
-    assert after["phi4mm_decode_rows_total"] - before["phi4mm_decode_rows_total"] < 400
+    assert after["phi4mm_decode_rows_total"] - before["phi4mm_decode_rows_total"] < LONG // 2
 
 
-def test_disconnect_while_a_plain_answer_decodes(server):
+def test_disconnect_while_a_plain_answer_decodes(wide_server):
+    server = wide_server
     before = idle_metrics(server)
     sock = server.raw_post("/v1/chat/completions", long_body(False))
     assert poll(server, lambda m: m["phi4mm_decode_rows_total"] > before["phi4mm_decode_rows_total"])
     after = closed_and_released(server, sock, before)
-    assert after["phi4mm_decode_rows_total"] - before["phi4mm_decode_rows_total"] < 400
+    assert after["phi4mm_decode_rows_total"] - before["phi4mm_decode_rows_total"] < LONG // 2
 
 
 def test_disconnect_while_queued(small_server):
     s = small_server
     before = idle_metrics(s)
-    busy = s.raw_post("/v1/chat/completions", long_body(True, 480))
+    # Thousands of tokens: the slot must stay taken until the queued request's disconnect is
+    # noticed, else the queued request is admitted and the test measures nothing.
+    busy = s.raw_post("/v1/chat/completions", long_body(True))
     read_until(busy, b"data: ")
     # The role chunk can come before the engine admits the request: until it runs, the one waiting
     # request the gauge shows may be this one.
@@ -89,7 +100,7 @@ def test_disconnect_while_queued(small_server):
     assert m and time.monotonic() - t0 < 1.0 and m["phi4mm_requests_running"] == 1
     assert m[DISCONNECT] == before[DISCONNECT] + 1
     before[DISCONNECT] += 1
-    closed_and_released(s, busy, before)
+    closed_and_released(s, busy, before)  # neither answer finished: the busy one ran all along
 
 
 def test_disconnect_while_the_image_encodes(wide_server):

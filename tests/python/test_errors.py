@@ -271,11 +271,12 @@ def test_503_while_the_model_loads(tmp_path):
     assert s.stop() == 0
 
 
-def test_503_while_draining():
-    """SIGTERM: /health and new requests answer 503 at once, the running stream finishes, exit 0."""
-    s = Server("--drain-seconds", "300")
+def test_503_while_draining(wide_model):
+    """SIGTERM: /health and new requests answer 503 at once, the running stream finishes, exit 0.
+    On the wide model with 3000 tokens to go, so the stream is still running when SIGTERM comes."""
+    s = Server("--drain-seconds", "300", model=wide_model)
     try:
-        body = {"messages": [{"role": "user", "content": "Write a long poem."}], "max_tokens": 200, "stream": True,
+        body = {"messages": [{"role": "user", "content": "Write a long poem."}], "max_tokens": 3000, "stream": True,
                 "temperature": 0, "logit_bias": {"200020": -100, "199999": -100}}
         sock = s.raw_post("/v1/chat/completions", body)
         got = read_until(sock, b"\n\n", read_until(sock, b"\r\n\r\n"))
