@@ -3,9 +3,10 @@
 //  - f32/bf16/f16 weights x f32 activations: register tiles of R weight rows x N activation rows;
 //    each 8-wide weight vector is widened once (bf16: zero-extend + shift, f16: vcvtph2ps) and
 //    reused for all N rows.
-//  - Q8_0 x A8 over activations packed in groups of four blocks (pack_a8): sign trick (|w| as the
-//    unsigned maddubs operand), madd to int32, the four blocks folded by hadds into one vector, so
-//    one convert and FMA per four blocks with their scale products.
+//  - Q8_0 x A8 over activations packed in groups of four blocks (pack_a8), each vector holding
+//    the same half of two blocks: sign trick (|w| as the unsigned maddubs operand), madd to int32,
+//    two adds and one hadd fold the four blocks into one vector, so one convert and FMA per four
+//    blocks with their scale products.
 //  - Q4_K x A8K: on the sub-block-interleaved block order, unsigned nibbles straight into
 //    maddubs, int16 accumulation over the block, one madd with ones to int32 lanes = sub-blocks,
 //    then per block a convert and the float scaling by d*sc, dmin*mn and the block sums.
@@ -104,70 +105,91 @@ struct FloatImpl {
 };
 
 // The Q8_0 tile's activation layout (MatMulKernels::pack_a8): per group of four A8 blocks, their
-// four scales and then their 128 bytes. A missing last block is a zero block with scale 0.
+// scales in the lane order of the tile's folded sums (d0 d0 d2 d2 d1 d1 d3 d3) and their 128 bytes
+// as four 32-byte vectors, each holding the same half of two blocks: (b0 0:16 | b1 0:16),
+// (b0 16:32 | b1 16:32), (b2 0:16 | b3 0:16), (b2 16:32 | b3 16:32). A missing last block is a
+// zero block with scale 0.
 struct A8Quad {
-  float d[4];
+  float d[8];
   int8_t qs[128];
 };
-static_assert(sizeof(A8Quad) == 144, "A8Quad must be 144 bytes");
+static_assert(sizeof(A8Quad) == 160, "A8Quad must be 160 bytes");
 
 size_t PackedA8QuadRowBytes(int64_t cols) {
   return static_cast<size_t>(CeilDiv(CeilDiv(cols, kQ8Block), 4)) * sizeof(A8Quad);
 }
 
 void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
+  static constexpr int kScaleLane[8] = {0, 0, 2, 2, 1, 1, 3, 3};
   const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
   A8Quad* o = reinterpret_cast<A8Quad*>(out);
   const int64_t nb = CeilDiv(cols, kQ8Block);
-  for (int64_t q = 0; 4 * q < nb; ++q)
-    for (int h = 0; h < 4; ++h) {
-      const int64_t blk = 4 * q + h;
-      const bool in = blk < nb;
-      o[q].d[h] = in ? b[blk].d : 0.0f;
-      const __m256i v = in ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[blk].qs)) : _mm256_setzero_si256();
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o[q].qs + 32 * h), v);
+  for (int64_t q = 0; 4 * q < nb; ++q) {
+    const int64_t b0 = 4 * q;
+    for (int l = 0; l < 8; ++l) o[q].d[l] = b0 + kScaleLane[l] < nb ? b[b0 + kScaleLane[l]].d : 0.0f;
+    for (int k = 0; k < 4; ++k) {
+      const int8_t* src = b0 + k < nb ? b[b0 + k].qs : nullptr;
+      // Block k's halves go to vectors 2 * (k / 2) and 2 * (k / 2) + 1, in lane k % 2.
+      for (int h = 0; h < 2; ++h) {
+        int8_t* dst = o[q].qs + 32 * (2 * (k / 2) + h) + 16 * (k % 2);
+        const __m128i v = src ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * h)) : _mm_setzero_si128();
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), v);
+      }
     }
+  }
 }
 
-// Q8_0 x A8, four blocks per step over A8Quad activations. Per (weight row, activation row) and
-// block: the sign trick (|w| as the unsigned maddubs operand, the activation signed by w; |w| is
-// taken once per weight row and block and reused for the N activation rows) and a madd to eight
-// int32 lanes. The four blocks' lanes are then folded by three hadds into one vector whose lanes
-// j and j + 4 hold halves of block j's sum (exact: at most 4 * 2 * 127 * 127 per lane), so the four
-// blocks cost one convert, one product of the scales (d_w of the four blocks times their d_a, lane
-// for lane) and one FMA instead of four of each with a scalar product and a broadcast per block
-// (measured in docs/benchmarks.md). Every (weight row, activation row) pair runs the same steps
-// in the same order whatever the tile shape, so a row's result does not depend on the batch.
+// Q8_0 x A8, four blocks per step over A8Quad activations. Each weight vector holds the same half
+// of two blocks (built once per weight row and step, the layout of A8Quad), so the eight int32
+// lanes of a madd belong to two blocks, four each: the two halves of a block pair are added lane
+// for lane, and one hadd folds the two pairs into lanes (b0 b0 b2 b2 | b1 b1 b3 b3), matching the
+// scale order of A8Quad. Per (weight row, activation row) and block: the sign trick (|w| as the
+// unsigned maddubs operand, the activation signed by w; |w| is taken once per weight row and
+// block and reused for the N activation rows) and a madd to int32; per four blocks two adds, one
+// hadd, one convert, one product of the scales and one FMA. The integer sums are exact (at most
+// 4 * 2 * 127 * 127 per lane). Every (weight row, activation row) pair runs the same steps in the
+// same order whatever the tile shape, so a row's result does not depend on the batch.
 struct Q8QuadImpl {
+  static __m256i LoadHalves(const BlockQ8_0& lo, const BlockQ8_0& hi, int h) {
+    return _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(hi.qs + 16 * h), reinterpret_cast<const __m128i*>(lo.qs + 16 * h));
+  }
+
   template <int R, int N, bool kFull>
   static void Step(const BlockQ8_0* const (&w)[R], const A8Quad* const (&a)[N], int64_t q, int nk,
                    __m256 (&acc)[R][N]) {
+    static const BlockQ8_0 kZero{};
     const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i scale_order = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
     const int64_t b0 = 4 * q;
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      __m256i wv[4], wabs[4];
-      int16_t d16[4];
+      const BlockQ8_0* blk[4];
+      uint64_t d16 = 0;  // the four f16 scales, built in a general register (fewer vector uops)
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const bool in = kFull || k < nk;
-        wv[k] = in ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b0 + k].qs)) : _mm256_setzero_si256();
-        d16[k] = in ? static_cast<int16_t>(w[r][b0 + k].d) : int16_t{0};
-        wabs[k] = _mm256_abs_epi8(wv[k]);
+        blk[k] = in ? &w[r][b0 + k] : &kZero;
+        d16 |= static_cast<uint64_t>(blk[k]->d) << (16 * k);
       }
-      const __m128 dw4 = _mm_cvtph_ps(_mm_setr_epi16(d16[0], d16[1], d16[2], d16[3], 0, 0, 0, 0));
-      const __m256 dw = _mm256_set_m128(dw4, dw4);
+      __m256i wv[4], wabs[4];
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        wv[v] = LoadHalves(*blk[2 * (v / 2)], *blk[2 * (v / 2) + 1], v % 2);
+        wabs[v] = _mm256_abs_epi8(wv[v]);
+      }
+      const __m128 dw4 = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(d16)));
+      const __m256 dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dw4), scale_order);
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) {
         const A8Quad& aq = a[i][q];
         __m256i p[4];
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) {
-          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq.qs + 32 * k));
-          p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[k], _mm256_sign_epi8(av, wv[k])), ones);
+        for (int v = 0; v < 4; ++v) {
+          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq.qs + 32 * v));
+          p[v] = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[v], _mm256_sign_epi8(av, wv[v])), ones);
         }
-        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-        const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ps(reinterpret_cast<const __m128*>(aq.d)));
+        const __m256i h = _mm256_hadd_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
+        const __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(aq.d));
         acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), scale, acc[r][i]);
       }
     }
@@ -452,6 +474,8 @@ constexpr MatMulKernels MakeAvx2() {
   // Q8_0 over four-block groups (TileShape, 1 thread, 16384x3072, on the AVX-512 Xeon with the AVX2
   // table; GMAC/s, three rounds): 256 rows 2x4 28-34, 3x4 30-34, 4x4 27-34, 4x3 25-34, 4x2 26-31
   // (one block per step: 22-27 at every shape); 4 and 8 rows 2x4 26-33; GEMV 4 rows 19-25 (14-19).
+  // With the two-block halves (one hadd per four blocks instead of three), on the Zen 5 EPYC, best
+  // of six: 256 rows 2x4 63, 3x4 58, 4x4 65 (three hadds: 51, 52, 53).
   k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {4, 2, 4, 2, 4};
   // Q4_K, TileShape bench (1 thread, 16384x3072, n = 256; GMAC/s): 3x4 62, 4x4 62, 3x3 61,
   // 4x3 61, 2x4 59. GEMV: 4 rows 41, 2 rows 41, 1 row 38.
