@@ -112,6 +112,44 @@ TEST(AttentionFlash, MatchesNaiveReferenceOnOddShapes) {
   }
 }
 
+// A batched decoder step hands every sequence's attention over in one call: each job's output
+// must be bit for bit what its own call gives, whatever else is in the batch. Jobs of decode size
+// (one and two queries) share the row path's dispatch, one of them long enough to be split over the
+// pool's threads; a prefill-sized job takes the flash path on its own; one job has no past.
+TEST(AttentionBatch, EachJobEqualsItsOwnCall) {
+  ThreadPool pool3(3);
+  const int64_t heads = 6, kv_heads = 2, hd = 40;
+  const AttentionShape sh{heads, kv_heads, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+  const std::pair<int64_t, int64_t> past_s[] = {{5, 1}, {700, 1}, {33, 2}, {0, 1}, {90, 12}, {257, 1}};
+  for (KvDType dt : {KvDType::kF32, KvDType::kF16, KvDType::kQ8})
+    for (const ai::RowKernels* rk : Tables())
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool3}) {
+        std::vector<Cache> ks, vs;
+        std::vector<std::vector<float>> qs, alone, batched;
+        std::vector<AttentionJob> jobs;
+        for (size_t j = 0; j < std::size(past_s); ++j) {
+          const auto [past, S] = past_s[j];
+          const int64_t T = past + S;
+          ks.emplace_back(dt, test::Gaussian(T * kv_heads * hd, 10 + j, 1.5f), T, kv_heads, hd);
+          vs.emplace_back(dt, test::Gaussian(T * kv_heads * hd, 20 + j), T, kv_heads, hd);
+          qs.push_back(test::Gaussian(S * heads * hd, 30 + j, 1.5f));
+          alone.emplace_back(qs.back().size(), NAN);
+          batched.emplace_back(qs.back().size(), NAN);
+        }
+        for (size_t j = 0; j < std::size(past_s); ++j) {
+          const KvView kv{ks[j].bytes.data(), vs[j].bytes.data(), dt};
+          ai::CausalAttentionWith(*rk, ai::Path::kAuto, qs[j].data(), kv, past_s[j].first, past_s[j].second, sh,
+                                  alone[j].data(), pool);
+          jobs.push_back({qs[j].data(), kv, past_s[j].first, past_s[j].second, batched[j].data()});
+        }
+        ai::CausalAttentionWith(*rk, ai::Path::kAuto, jobs, sh, pool);
+        for (size_t j = 0; j < std::size(past_s); ++j)
+          for (size_t i = 0; i < alone[j].size(); ++i)
+            ASSERT_EQ(batched[j][i], alone[j][i])
+                << KvDTypeName(dt) << " job " << j << " i " << i << (pool ? " pool" : " no pool");
+      }
+}
+
 TEST(AttentionFlash, EveryTableTileKernelsMatchScalar) {
   const std::vector<const ai::RowKernels*> tables = Tables();
   if (tables.size() < 2) GTEST_SKIP() << "this CPU offers only the scalar row table";

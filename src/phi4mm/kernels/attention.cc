@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -282,48 +283,67 @@ void RunFlash(const Source& K, const Source& V, const float* q, int64_t past, in
   else body(0, items);
 }
 
-void RunRows(const Source& K, const Source& V, const float* q, int64_t past, int64_t S, const AttentionShape& sh,
-             float* out, ThreadPool* pool) {
+// One sequence's part of a row-path call: its queries, cache and output (RunRows).
+struct RowJob {
+  Source K, V;
+  const float* q;
+  int64_t past, S;
+  float* out;
+};
+
+// The decode (row) path over several sequences in one ParallelFor: items are (sequence, query
+// position, kv group, slice of the cached length). Each sequence's split of its cached length is
+// chosen from its own size and the pool's thread count alone, as if it ran by itself, so its
+// result does not depend on the other sequences of the batch; they only share the dispatch.
+void RunRows(std::span<const RowJob> jobs, const AttentionShape& sh, ThreadPool* pool) {
   const int G = static_cast<int>(sh.n_heads / sh.n_kv_heads);
   const int64_t hd = sh.head_dim, nkv = sh.n_kv_heads;
   const int threads = pool ? pool->num_threads() : 1;
   // Split the cached length when there are too few (position, group) items for the threads.
   constexpr int64_t kMinSlice = 128;
-  int64_t nsplit = 1;
-  const int64_t items0 = S * nkv, total_len = past + S;
-  if (items0 < 4 * threads && total_len >= 2 * kMinSlice)
-    nsplit = std::min<int64_t>((4 * threads + items0 - 1) / items0, total_len / kMinSlice);
-  const int64_t items = items0 * nsplit;
-  // Partial results when split: per item, G maxima, G sums and G*hd unnormalised outputs.
-  std::vector<float> part_m, part_l, part_o;
-  if (nsplit > 1) {
-    part_m.assign(items * G, -INFINITY);
-    part_l.assign(items * G, 0.0f);
-    part_o.assign(items * G * hd, 0.0f);
+  const size_t nj = jobs.size();
+  // Per sequence: its slices, the first item of it, and (when split) where its partials start.
+  std::vector<int64_t> nsplit(nj), first(nj + 1, 0), part0(nj + 1, 0);
+  for (size_t j = 0; j < nj; ++j) {
+    const int64_t items0 = jobs[j].S * nkv, total_len = jobs[j].past + jobs[j].S;
+    nsplit[j] = 1;
+    if (items0 < 4 * threads && total_len >= 2 * kMinSlice)
+      nsplit[j] = std::min<int64_t>((4 * threads + items0 - 1) / items0, total_len / kMinSlice);
+    first[j + 1] = first[j] + items0 * nsplit[j];
+    part0[j + 1] = part0[j] + (nsplit[j] > 1 ? items0 * nsplit[j] : 0);
   }
+  const int64_t items = first[nj];
+  // Partial results of split sequences: per item, G maxima, G sums and G*hd unnormalised outputs.
+  std::vector<float> part_m(static_cast<size_t>(part0[nj] * G), -INFINITY), part_l(static_cast<size_t>(part0[nj] * G), 0.0f);
+  std::vector<float> part_o(static_cast<size_t>(part0[nj] * G * hd), 0.0f);
   auto body = [&](int64_t b, int64_t e) {
     std::vector<float> scores, m(G), l(G);
+    size_t j = 0;
     for (int64_t idx = b; idx < e; ++idx) {
-      const int64_t c = idx % nsplit, pair = idx / nsplit;
-      const int64_t s = ZigZag(pair / nkv, S), g = pair % nkv;
-      const int64_t len = past + s + 1;
-      const int64_t per = (len + nsplit - 1) / nsplit;
+      while (idx >= first[j + 1]) ++j;
+      const RowJob& jb = jobs[j];
+      const int64_t ns = nsplit[j], local = idx - first[j];
+      const int64_t c = local % ns, pair = local / ns;
+      const int64_t s = ZigZag(pair / nkv, jb.S), g = pair % nkv;
+      const int64_t len = jb.past + s + 1;
+      const int64_t per = (len + ns - 1) / ns;
       const int64_t t0 = std::min(len, c * per), t1 = std::min(len, t0 + per), n = t1 - t0;
-      const float* qg = q + (s * sh.n_heads + g * G) * hd;
-      float* o = nsplit > 1 ? part_o.data() + idx * G * hd : out + (s * sh.n_heads + g * G) * hd;
+      const float* qg = jb.q + (s * sh.n_heads + g * G) * hd;
+      const int64_t pi = part0[j] + local;  // this item's partials when the sequence is split
+      float* o = ns > 1 ? part_o.data() + pi * G * hd : jb.out + (s * sh.n_heads + g * G) * hd;
       std::fill(o, o + G * hd, 0.0f);
       if (n <= 0) continue;
       scores.resize(static_cast<size_t>(G * n));
-      K.Scores(qg, G, t0, g, n, sh.scale, scores.data());
+      jb.K.Scores(qg, G, t0, g, n, sh.scale, scores.data());
       // p = exp(s - max) in place with each row's max and sum: the flash tiles' softmax from a
       // fresh state (no output to rescale yet, hence hdp 0).
       std::fill(m.begin(), m.end(), -INFINITY);
       std::fill(l.begin(), l.end(), 0.0f);
-      K.rk.tile_softmax(scores.data(), n, G, n, m.data(), l.data(), o, 0);
-      V.Accum(scores.data(), n, G, t0, g, n, o);
-      if (nsplit > 1) {
-        std::copy(m.begin(), m.end(), part_m.data() + idx * G);
-        std::copy(l.begin(), l.end(), part_l.data() + idx * G);
+      jb.K.rk.tile_softmax(scores.data(), n, G, n, m.data(), l.data(), o, 0);
+      jb.V.Accum(scores.data(), n, G, t0, g, n, o);
+      if (ns > 1) {
+        std::copy(m.begin(), m.end(), part_m.data() + pi * G);
+        std::copy(l.begin(), l.end(), part_l.data() + pi * G);
       } else {
         for (int h = 0; h < G; ++h) {
           const float inv = 1.0f / l[h];
@@ -334,25 +354,29 @@ void RunRows(const Source& K, const Source& V, const float* q, int64_t past, int
   };
   if (pool) pool->ParallelFor(items, body, 1);
   else body(0, items);
-  if (nsplit == 1) return;
-  for (int64_t pair = 0; pair < items0; ++pair) {
-    const int64_t s = ZigZag(pair / nkv, S), g = pair % nkv;
-    for (int h = 0; h < G; ++h) {
-      float M = -INFINITY;
-      for (int64_t c = 0; c < nsplit; ++c) M = std::max(M, part_m[(pair * nsplit + c) * G + h]);
-      float* o = out + (s * sh.n_heads + g * G + h) * hd;
-      std::fill(o, o + hd, 0.0f);
-      double L = 0;
-      for (int64_t c = 0; c < nsplit; ++c) {
-        const int64_t it = pair * nsplit + c;
-        if (part_l[it * G + h] == 0.0f) continue;
-        const float w = std::exp(part_m[it * G + h] - M);
-        L += static_cast<double>(w) * part_l[it * G + h];
-        const float* po = part_o.data() + (it * G + h) * hd;
-        for (int64_t d = 0; d < hd; ++d) o[d] += w * po[d];
+  for (size_t j = 0; j < nj; ++j) {
+    const int64_t ns = nsplit[j];
+    if (ns == 1) continue;
+    const RowJob& jb = jobs[j];
+    for (int64_t pair = 0; pair < jb.S * nkv; ++pair) {
+      const int64_t s = ZigZag(pair / nkv, jb.S), g = pair % nkv;
+      for (int h = 0; h < G; ++h) {
+        float M = -INFINITY;
+        for (int64_t c = 0; c < ns; ++c) M = std::max(M, part_m[(part0[j] + pair * ns + c) * G + h]);
+        float* o = jb.out + (s * sh.n_heads + g * G + h) * hd;
+        std::fill(o, o + hd, 0.0f);
+        double L = 0;
+        for (int64_t c = 0; c < ns; ++c) {
+          const int64_t it = part0[j] + pair * ns + c;
+          if (part_l[it * G + h] == 0.0f) continue;
+          const float w = std::exp(part_m[it * G + h] - M);
+          L += static_cast<double>(w) * part_l[it * G + h];
+          const float* po = part_o.data() + (it * G + h) * hd;
+          for (int64_t d = 0; d < hd; ++d) o[d] += w * po[d];
+        }
+        const float inv = static_cast<float>(1.0 / L);
+        for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
       }
-      const float inv = static_cast<float>(1.0 / L);
-      for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
     }
   }
 }
@@ -395,16 +419,27 @@ const RowKernels& ActiveRowKernels() {
   return *active;
 }
 
+void CausalAttentionWith(const RowKernels& rk, Path path, std::span<const AttentionJob> jobs, const AttentionShape& sh,
+                         ThreadPool* pool) {
+  const int64_t G = sh.n_heads / sh.n_kv_heads;
+  std::vector<RowJob> rows;
+  for (const AttentionJob& jb : jobs) {
+    const int64_t rb = static_cast<int64_t>(KvRowBytes(jb.kv.dtype, sh.n_kv_heads, sh.head_dim));
+    const Source K{rk, static_cast<const uint8_t*>(jb.kv.k), jb.kv.dtype, sh.n_kv_heads, sh.head_dim, rb};
+    const Source V{rk, static_cast<const uint8_t*>(jb.kv.v), jb.kv.dtype, sh.n_kv_heads, sh.head_dim, rb};
+    // Few query rows (decode): the row path, which can split the cached length over threads;
+    // the row-path sequences of a batch share one dispatch.
+    const Path p = path != Path::kAuto ? path : jb.S * G >= 8 ? Path::kFlash : Path::kRows;
+    if (p == Path::kFlash) RunFlash(K, V, jb.q, jb.past, jb.S, sh, jb.out, pool);
+    else rows.push_back(RowJob{K, V, jb.q, jb.past, jb.S, jb.out});
+  }
+  if (!rows.empty()) RunRows(rows, sh, pool);
+}
+
 void CausalAttentionWith(const RowKernels& rk, Path path, const float* q, const KvView& kv, int64_t past, int64_t S,
                          const AttentionShape& sh, float* out, ThreadPool* pool) {
-  const int64_t rb = static_cast<int64_t>(KvRowBytes(kv.dtype, sh.n_kv_heads, sh.head_dim));
-  const Source K{rk, static_cast<const uint8_t*>(kv.k), kv.dtype, sh.n_kv_heads, sh.head_dim, rb};
-  const Source V{rk, static_cast<const uint8_t*>(kv.v), kv.dtype, sh.n_kv_heads, sh.head_dim, rb};
-  const int64_t G = sh.n_heads / sh.n_kv_heads;
-  // Few query rows (decode): the row path, which can split the cached length over threads.
-  if (path == Path::kAuto) path = S * G >= 8 ? Path::kFlash : Path::kRows;
-  if (path == Path::kFlash) RunFlash(K, V, q, past, S, sh, out, pool);
-  else RunRows(K, V, q, past, S, sh, out, pool);
+  const AttentionJob job{q, kv, past, S, out};
+  CausalAttentionWith(rk, path, std::span<const AttentionJob>(&job, 1), sh, pool);
 }
 
 }  // namespace attention_internal
@@ -415,6 +450,11 @@ void CausalAttention(const float* q, const KvView& kv, int64_t past, int64_t S, 
                      float* out, ThreadPool* pool) {
   attention_internal::CausalAttentionWith(attention_internal::ActiveRowKernels(), attention_internal::Path::kAuto, q,
                                           kv, past, S, sh, out, pool);
+}
+
+void CausalAttention(std::span<const AttentionJob> jobs, const AttentionShape& shape, ThreadPool* pool) {
+  attention_internal::CausalAttentionWith(attention_internal::ActiveRowKernels(), attention_internal::Path::kAuto, jobs,
+                                          shape, pool);
 }
 
 void CausalAttention(const float* q, const float* k, const float* v, int64_t past, int64_t S,

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "phi4mm/base/thread_pool.h"
@@ -50,7 +51,17 @@ struct KvView {
 // out: [S, n_heads, head_dim]. Query s attends to positions 0..past+s.
 void CausalAttention(const float* q, const KvView& kv, int64_t past, int64_t S, const AttentionShape& shape,
                      float* out, ThreadPool* pool);
-// The float32 cache form of the above.
+// Several sequences at once (a batched decoder step): job i is the call above with its own
+// queries, cache, past, S and output. The decode-sized ones share one dispatch over the pool;
+// each job's result is the same as from its own call.
+struct AttentionJob {
+  const float* q = nullptr;
+  KvView kv;
+  int64_t past = 0, S = 0;
+  float* out = nullptr;
+};
+void CausalAttention(std::span<const AttentionJob> jobs, const AttentionShape& shape, ThreadPool* pool);
+// The float32 cache form of the first.
 void CausalAttention(const float* q, const float* k, const float* v, int64_t past, int64_t S,
                      const AttentionShape& shape, float* out, ThreadPool* pool);
 
@@ -108,6 +119,8 @@ enum class Path { kAuto, kRows, kFlash };
 // CausalAttention with a given table and path (tests compare them).
 void CausalAttentionWith(const RowKernels& rk, Path path, const float* q, const KvView& kv, int64_t past, int64_t S,
                          const AttentionShape& shape, float* out, ThreadPool* pool);
+void CausalAttentionWith(const RowKernels& rk, Path path, std::span<const AttentionJob> jobs, const AttentionShape& shape,
+                         ThreadPool* pool);
 
 }  // namespace attention_internal
 

@@ -48,6 +48,16 @@ inline float Factor(const uint8_t* sc, int64_t t, int64_t stride) {
   }
 }
 
+// Asks for the cache lines of one head's part of a cached row (hd elements). The decode path
+// reads a head's rows `stride` apart, and a batch of sequences keeps the whole KV cache out of the
+// last-level cache, so the rows a few steps ahead are requested while the current ones are used.
+template <typename E>
+inline void PrefetchRow(const E* row, int64_t hd) {
+  const char* p = reinterpret_cast<const char*>(row);
+  for (int64_t off = 0; off < hd * static_cast<int64_t>(sizeof(E)); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+constexpr int64_t kPrefetchRows = 8;  // how far ahead ScoresG asks for rows
+
 // G query heads (G <= 4) against rows t and t+1 (R = 1 or 2).
 template <int G, int R, typename E>
 void ScoresTile(const float* q, const E* k, const uint8_t* sc, int64_t stride, int64_t hd, float scale, float* s,
@@ -78,7 +88,10 @@ template <int G, typename E>
 void ScoresG(const float* q, const E* k, const uint8_t* sc, int64_t stride, int64_t len, int64_t hd, float scale,
              float* s) {
   int64_t t = 0;
-  for (; t + 2 <= len; t += 2) ScoresTile<G, 2>(q, k, sc, stride, hd, scale, s, len, t);
+  for (; t + 2 <= len; t += 2) {
+    for (int64_t a = t + kPrefetchRows; a < std::min(len, t + kPrefetchRows + 2); ++a) PrefetchRow(k + a * stride, hd);
+    ScoresTile<G, 2>(q, k, sc, stride, hd, scale, s, len, t);
+  }
   if (t < len) ScoresTile<G, 1>(q, k, sc, stride, hd, scale, s, len, t);
 }
 
@@ -127,6 +140,10 @@ void AccumG(const float* p, int64_t ldp, const E* v, const uint8_t* sc, int64_t 
   constexpr int64_t kBlock = 64;  // cached rows per pass over the output columns
   for (int64_t t0 = 0; t0 < len; t0 += kBlock) {
     const int64_t t1 = std::min(len, t0 + kBlock);
+    // The first block's rows, then each next block's while this one is summed.
+    if (t0 == 0)
+      for (int64_t a = t0; a < t1; ++a) PrefetchRow(v + a * stride, hd);
+    for (int64_t a = t1; a < std::min(len, t1 + kBlock); ++a) PrefetchRow(v + a * stride, hd);
     int64_t d = 0;
     for (; d + 16 <= hd; d += 16) AccumCols16<G>(p, ldp, v, sc, stride, t0, t1, hd, d, out);
     for (; d < hd; ++d)

@@ -221,6 +221,7 @@ Status Decoder::Step(std::span<const SeqChunk> chunks, ThreadPool* pool, Decoder
   }
   if (tap) tap->Tap(tap_prefix + "embeds", x, {R, H});
   const AttentionShape shape{nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+  std::vector<AttentionJob>& jobs = sc->attention_jobs;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const std::span<const LoraSegment> segs(sc->segments);
 
@@ -239,6 +240,7 @@ Status Decoder::Step(std::span<const SeqChunk> chunks, ThreadPool* pool, Decoder
     RmsNorm(x, L.input_norm.data(), R, H, eps, h);
     L.qkv.Forward(h, R, qkv, segs, pool, &sc->lora);
     lap(&DecoderStepTimes::qkv);
+    jobs.clear();
     for (size_t i = 0; i < chunks.size(); ++i) {
       const SeqChunk& ch = chunks[i];
       KvCache* cache = ch.cache;
@@ -257,9 +259,10 @@ Status Decoder::Step(std::span<const SeqChunk> chunks, ThreadPool* pool, Decoder
         StoreKvRow(cache->dtype_, ks, nkv, hd, kc + (past[i] + s) * rb);
         StoreKvRow(cache->dtype_, in + (nh + nkv) * hd, nkv, hd, vc + (past[i] + s) * rb);
       }
-      CausalAttention(q + row0[i] * nh * hd, KvView{kc, vc, cache->dtype_}, past[i], ch.n, shape,
-                      attn + row0[i] * nh * hd, pool);
+      jobs.push_back({q + row0[i] * nh * hd, KvView{kc, vc, cache->dtype_}, past[i], ch.n, attn + row0[i] * nh * hd});
     }
+    // All sequences' attention in one call: the decode rows of a batch share one dispatch.
+    CausalAttention(jobs, shape, pool);
     lap(&DecoderStepTimes::attention);
     L.o.Forward(attn, R, tmp, segs, pool, &sc->lora);
     for (int64_t i = 0; i < R * H; ++i) x[i] += tmp[i];

@@ -104,6 +104,7 @@ struct DecoderScratch {
   std::vector<float> x, h, qkv, q, attn, tmp, gu, act, kbuf, cos, sin, lora;
   std::vector<size_t> order;
   std::vector<LoraSegment> segments;
+  std::vector<AttentionJob> attention_jobs;  // one per sequence of the step, for each layer
   DecoderStepTimes* times = nullptr;  // when set, Step adds the wall time of its parts to it
 };
 
