@@ -21,10 +21,21 @@ inline float Load1(const uint16_t* p) {
   return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(*p))), 0);
 }
 
+// Asks for the cache lines of one head's part of cached row t + kPrefetchRows (when there is one):
+// a head's rows lie `stride` apart, and a batch of sequences keeps the KV cache out of the caches.
+constexpr int64_t kPrefetchRows = 8;
+template <typename E>
+inline void PrefetchAhead(const E* rows, int64_t stride, int64_t t, int64_t len, int64_t hd) {
+  if (t + kPrefetchRows >= len) return;
+  const char* p = reinterpret_cast<const char*>(rows + (t + kPrefetchRows) * stride);
+  for (int64_t off = 0; off < hd * static_cast<int64_t>(sizeof(E)); off += 64) __builtin_prefetch(p + off);
+}
+
 template <typename E>
 void Scores(const float* q, int G, const E* k, int64_t stride, int64_t len, int64_t hd, float scale, float* s) {
   const int64_t hd8 = hd & ~int64_t{7};
   for (int64_t t = 0; t < len; ++t) {
+    PrefetchAhead(k, stride, t, len, hd);
     const E* kr = k + t * stride;
     for (int g = 0; g < G; ++g) {
       const float* qg = q + g * hd;
@@ -44,6 +55,7 @@ template <typename E>
 void Accum(const float* p, int64_t ldp, int G, const E* v, int64_t stride, int64_t len, int64_t hd, float* out) {
   const int64_t hd4 = hd & ~int64_t{3};
   for (int64_t t = 0; t < len; ++t) {
+    PrefetchAhead(v, stride, t, len, hd);
     const E* vr = v + t * stride;
     for (int g = 0; g < G; ++g) {
       const float w = p[g * ldp + t];
