@@ -7,6 +7,8 @@
 // ymm registers a tile holds up to 8 activation rows, so a batched decode step of 8 sequences
 // unpacks each weight row once. The Q8_0 tile works on two blocks per zmm over activations
 // repacked for it (pack_a8). The float formats and the activation quantizers are the AVX2 table's.
+// The zmm table (CPUs with full-rate 512-bit vpdpbusd) replaces both integer tiles: Q4_K with
+// two blocks per zmm, Q8_0 with four, each over activations packed for it.
 #include <immintrin.h>
 
 #include <cstring>
@@ -242,6 +244,118 @@ struct Q8x2VnniImpl {
   }
 };
 
+// The zmm table's Q8_0 layout (MatMulKernels::pack_a8): per group of four A8 blocks, bytes 0-15
+// of the four blocks (block k at bytes 16k..16k+15), then their bytes 16-31 the same way, both
+// already flipped (a ^ 0x80), then each block's scale on its four int32 lanes. A missing last
+// block is a zero block with scale 0.
+struct A8Quad {
+  uint8_t lo[64];
+  uint8_t hi[64];
+  float d[16];
+};
+static_assert(sizeof(A8Quad) == 192, "A8Quad must be 192 bytes (three cache lines)");
+
+size_t PackedA8QuadRowBytes(int64_t cols) { return static_cast<size_t>((Blocks8(cols) + 3) / 4) * sizeof(A8Quad); }
+
+void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
+  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
+  A8Quad* o = reinterpret_cast<A8Quad*>(out);
+  const int64_t nb = Blocks8(cols);
+  for (int64_t q = 0; 4 * q < nb; ++q)
+    for (int k = 0; k < 4; ++k) {
+      const int64_t blk = 4 * q + k;
+      const bool in = blk < nb;
+      for (int j = 0; j < 16; ++j) {
+        o[q].lo[16 * k + j] = static_cast<uint8_t>((in ? static_cast<uint8_t>(b[blk].qs[j]) : 0) ^ 0x80);
+        o[q].hi[16 * k + j] = static_cast<uint8_t>((in ? static_cast<uint8_t>(b[blk].qs[16 + j]) : 0) ^ 0x80);
+      }
+      for (int j = 0; j < 4; ++j) o[q].d[4 * k + j] = in ? b[blk].d : 0.0f;
+    }
+}
+
+alignas(64) constexpr BlockQ8_0 kZeroQ8Block{};
+
+// Q8_0 x A8 with vpdpbusd on zmm, four blocks per register, for the zmm table (CPUs that run a
+// 512-bit vpdpbusd at the rate of a 256-bit one). Each weight vector holds the same half (bytes
+// 0-15 or 16-31) of four blocks, block k in lanes 4k..4k+3, so the
+// two vpdpbusd of a (weight row, activation row) leave each block's sum in its own four lanes and
+// the float tail (convert, scale product, FMA) runs once per four blocks: 2 vpdpbusd and 3 float
+// operations per 128 multiply-adds, against 2 and 6 for the two-block tile above, whose float tail
+// bounded it (~118 GMAC/s per thread on a Zen 5, a quarter of the zmm vpdpbusd peak). The weight
+// side (four 16-byte loads and two inserts per vector, the sign-trick start, the four scales) is
+// built once per weight row and four blocks. Every (weight row, activation row) pair runs the same
+// steps whatever the tile shape, so a row's result does not depend on the batch.
+struct Q8QuadZmmImpl {
+  static __m512i LoadHalf(const BlockQ8_0* const (&blk)[4], int h) {
+    const auto* p0 = reinterpret_cast<const __m128i*>(blk[0]->qs + 16 * h);
+    const auto* p1 = reinterpret_cast<const __m128i*>(blk[1]->qs + 16 * h);
+    const auto* p2 = reinterpret_cast<const __m128i*>(blk[2]->qs + 16 * h);
+    const auto* p3 = reinterpret_cast<const __m128i*>(blk[3]->qs + 16 * h);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu2_m128i(p1, p0)), _mm256_loadu2_m128i(p3, p2), 1);
+  }
+
+  template <int R, int N, bool kFull>
+  static void Step(const BlockQ8_0* const (&w)[R], const A8Quad* const (&a)[N], int64_t q, int64_t nb,
+                   __m512 (&acc)[R][N]) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512i lo[R], hi[R], start[R];
+    __m512 dw[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8_0* blk[4];
+      uint64_t d16 = 0;  // the four f16 scales, gathered in a general register
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        blk[k] = kFull || 4 * q + k < nb ? &w[r][4 * q + k] : &kZeroQ8Block;
+        d16 |= static_cast<uint64_t>(blk[k]->d) << (16 * k);
+      }
+      lo[r] = LoadHalf(blk, 0);
+      hi[r] = LoadHalf(blk, 1);
+      start[r] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                  _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, lo[r]), flip, hi[r]));
+      dw[r] = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(d16)))));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const A8Quad& aq = a[i][q];
+      const __m512i alo = _mm512_loadu_si512(aq.lo), ahi = _mm512_loadu_si512(aq.hi);
+      const __m512 da = _mm512_loadu_ps(aq.d);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512i sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start[r], alo, lo[r]), ahi, hi[r]);
+        acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw[r], da), acc[r][i]);
+      }
+    }
+  }
+
+  template <int R, int N>
+  static void Run(const TileArgs& t) {
+    __m512 acc[R][N];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) acc[r][i] = _mm512_setzero_ps();
+    const BlockQ8_0* w[R];
+    const A8Quad* a[N];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const A8Quad*>(t.a + i * t.a_stride);
+    const int64_t nb = Blocks8(t.cols), full = nb / 4;
+    const TilePrefetch pf(t, R, 4 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
+    for (int64_t q = 0; q < full; ++q) {
+      if (N == 1 || t.prefetch) pf.At(q);
+      Step<R, N, true>(w, a, q, nb, acc);
+    }
+    if (nb % 4 != 0) Step<R, N, false>(w, a, full, nb, acc);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) Store(t, r, i, HSum16(acc[r][i]));
+  }
+};
+
 // Q4_K x A8K with vpdpbusd on zmm, two blocks per register, for CPUs that run a 512-bit
 // vpdpbusd at the rate of a 256-bit one (AMD Zen 5: twice the multiply-adds per cycle of the ymm
 // tile above; an Intel Xeon splits a zmm one over the two ports that run two ymm ones). Block b
@@ -411,12 +525,18 @@ const MatMulKernels& quant_internal::Avx512ZmmKernels() {
     MatMulKernels z = MakeAvx512();
     z.name = "avx512zmm";
     z.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KPairImpl>;
+    z.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8QuadZmmImpl>;
+    z.pack_a8 = &PackA8Quads;
+    z.packed_a8_row_bytes = &PackedA8QuadRowBytes;
     z.pack_a8k = &PackA8KPairs;
     z.packed_a8k_row_bytes = &PackedA8KRowBytes;
     // TileShape bench on a Zen 5 EPYC (1 thread, 16384x3072, GMAC/s, two rounds; the ymm tile in
     // brackets): 256 rows 4x3 215 / 223 (130 / 143), 4x4 208 / 209, 3x3 189 / 179; 8 rows 4x4
     // 224 / 227 (147 / 143), 1x8 227 / 240, 2x8 223 / 211; one row, 2 rows per tile 94 / 87 (56).
     z.shape[static_cast<int>(WeightFormat::kQ4K)] = {2, 4, 3, 4, 4};
+    // Q8_0, four blocks per zmm (TileShape, 1 thread, 16384x3072, GMAC/s, best of 3; the two-block
+    // tile of the ymm table in brackets): 256 rows 3x4 134 (106), 4x4 131 (107), 2x4 112 (91);
+    // 8 rows 2x8 173 (117), 1x8 152 (93), 4x4 126 (114); one row 45 (46). The ymm table's shape.
     return z;
   }();
   return k;
