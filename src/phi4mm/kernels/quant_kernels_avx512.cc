@@ -277,9 +277,9 @@ alignas(64) constexpr BlockQ8_0 kZeroQ8Block{};
 
 // Q8_0 x A8 with vpdpbusd on zmm, four blocks per register, for the zmm table (CPUs that run a
 // 512-bit vpdpbusd at the rate of a 256-bit one). Each weight vector holds the same half (bytes
-// 0-15 or 16-31) of four blocks, block k in lanes 4k..4k+3, so the
-// two vpdpbusd of a (weight row, activation row) leave each block's sum in its own four lanes and
-// the float tail (convert, scale product, FMA) runs once per four blocks: 2 vpdpbusd and 3 float
+// 0-15 or 16-31) of four blocks, block k in lanes 4k..4k+3, so the two vpdpbusd of a (weight row,
+// activation row) leave each block's sum in its own four lanes and the float tail (convert, scale
+// product, FMA) runs once per four blocks: 2 vpdpbusd and 3 float
 // operations per 128 multiply-adds, against 2 and 6 for the two-block tile above, whose float tail
 // bounded it (~118 GMAC/s per thread on a Zen 5, a quarter of the zmm vpdpbusd peak). The weight
 // side (four 16-byte loads and two inserts per vector, the sign-trick start, the four scales) is
