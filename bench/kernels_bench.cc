@@ -150,12 +150,72 @@ BENCHMARK(BM_GemvCold)
         for (const auto& s : {std::pair<int64_t, int64_t>{16384, 3072}, {3072, 8192}, {5120, 3072}})
           for (int64_t n : {1, 4, 8}) b->Args({f, s.first, s.second, n});
       // The LoRA factors of the real adapters (rank 256 vision, 320 speech): B's short rows, A's few rows.
-      for (int f : {1, 3})
+      for (int f : {1, 3, 4})
         for (const auto& s : {std::pair<int64_t, int64_t>{16384, 320}, {5120, 256}, {320, 8192}, {256, 3072}})
           b->Args({f, s.first, s.second, 1});
     })
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// One decoder layer of a 4-row batched decode step with both LoRA adapters present (rows: text,
+// vision, speech, text), from memory: the four projections' Q4_K base products over 4 rows, each
+// followed by the vision (rank 256) and speech (rank 320) A and B passes over their row, as
+// LoraLinear runs them. Arg: 0 the base products only (a text-only batch), 1 with the adapters in
+// Q8_0 (their format under q4), 2 with the adapters in Q4_K.
+void BM_LoraLayerCold(benchmark::State& state) {
+  const int variant = static_cast<int>(state.range(0));
+  const WeightFormat adapter_format = variant == 2 ? WeightFormat::kQ4K : WeightFormat::kQ8_0;
+  const int64_t shapes[][2] = {{5120, 3072}, {3072, 3072}, {16384, 3072}, {3072, 8192}};
+  const int64_t ranks[] = {256, 320};
+  struct Proj {
+    WeightMatrix base, a[2], b[2];
+  };
+  // Copies of the layer (57 MB of base, 19-28 MB of adapters) so that the step streams from memory.
+  static std::map<int, std::vector<std::vector<Proj>>> all_layers;
+  static std::vector<std::vector<uint8_t>> stores;
+  auto copy = [&](const WeightMatrix& w) {
+    stores.emplace_back(w.data(), w.data() + w.bytes());
+    return *WeightMatrix::FromStorage(w.format(), stores.back().data(), w.bytes(), w.rows(), w.cols());
+  };
+  std::vector<std::vector<Proj>>& layers = all_layers[static_cast<int>(adapter_format)];
+  while (layers.size() < 6) {
+    std::vector<Proj> layer;
+    for (const auto& s : shapes) {
+      Proj p;
+      p.base = copy(Weights(s[0], s[1], WeightFormat::kQ4K));
+      for (int j = 0; j < 2; ++j) {
+        p.a[j] = copy(Weights(ranks[j], s[1], adapter_format));
+        p.b[j] = copy(Weights(s[0], ranks[j], adapter_format));
+      }
+      layer.push_back(std::move(p));
+    }
+    layers.push_back(std::move(layer));
+  }
+  const int64_t n = 4, row_of[2] = {1, 2};
+  const std::vector<float> x = Activations(n, 8192);
+  std::vector<float> y(static_cast<size_t>(n * 16384)), t(320);
+  size_t next = 0;
+  for (auto _ : state) {
+    for (const Proj& p : layers[next]) {
+      p.base.MatMulWith(Kernels(), x.data(), n, y.data(), &Pool());
+      for (int j = 0; j < 2 && variant != 0; ++j) {
+        p.a[j].MatMulWith(Kernels(), x.data() + row_of[j] * p.base.cols(), 1, t.data(), &Pool());
+        p.b[j].MatMulWith(Kernels(), t.data(), 1, y.data() + row_of[j] * p.base.rows(), &Pool(), true);
+      }
+    }
+    next = (next + 1) % layers.size();
+    benchmark::DoNotOptimize(y.data());
+  }
+  size_t bytes = 0;
+  for (const Proj& p : layers[0]) {
+    bytes += p.base.bytes();
+    for (int j = 0; j < 2 && variant != 0; ++j) bytes += p.a[j].bytes() + p.b[j].bytes();
+  }
+  state.SetLabel(std::string(variant == 0 ? "base only" : WeightFormatName(adapter_format)) + " " + Kernels().name);
+  state.counters["MB"] = static_cast<double>(bytes) / 1e6;
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_LoraLayerCold)->Name("LoraLayerCold")->DenseRange(0, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One tile shape against another on the same matrix (args: format, rows, cols, n, R, N): the
 // chosen table with its preferred shape replaced, for choosing TileShape values.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 
@@ -32,6 +33,33 @@ int64_t CurrentRssBytes() {
   int64_t size = 0, resident = 0;
   if (!(f >> size >> resident)) return 0;
   return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+namespace {
+
+// The value in kB of the line "<key>: <n> kB" of a /proc file, in bytes; 0 when absent.
+int64_t ProcKb(const char* path, const std::string& key) {
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line))
+    if (line.compare(0, key.size() + 1, key + ":") == 0) return std::atoll(line.c_str() + key.size() + 1) * 1024;
+  return 0;
+}
+
+}  // namespace
+
+FilePages MappedFilePages() {
+  return {ProcKb("/proc/self/status", "RssFile"), ProcKb("/proc/self/smaps_rollup", "FilePmdMapped")};
+}
+
+std::string FilePagesLine(const FilePages& p) {
+  std::string s = "weight files resident " + Fmt("%.2f", static_cast<double>(p.resident) / 1e9) + " GB, " +
+                  Fmt("%.0f", p.resident > 0 ? 100.0 * static_cast<double>(p.huge) / static_cast<double>(p.resident) : 0.0) +
+                  "% of it mapped in 2 MiB pages";
+  if (p.resident > (int64_t{1} << 30) && p.huge * 2 < p.resident)
+    s += " (the page cache holds most of them in 4 KiB pages, which slows decode; see docs/benchmarks.md, \"Weights "
+         "in huge pages\")";
+  return s;
 }
 
 std::vector<int32_t> RandomIds(std::mt19937& rng, int64_t n, int64_t vocab) {

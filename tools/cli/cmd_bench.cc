@@ -208,6 +208,7 @@ int BenchCommand(const BenchFlags& f) {
   // Resident set with the text model in use (every LoRA mode decoded), before any encoder loads; the
   // current value, not the peak, which the bandwidth measurements' transient buffer would inflate.
   const int64_t rss_text = CurrentRssBytes();
+  const FilePages files_text = MappedFilePages();
 
   // Vision: a (448·crops) x 448 synthetic image at dynamic_hd = crops (crops HD crops + the global view).
   const ModelConfig& mc = model->config();
@@ -283,6 +284,8 @@ int BenchCommand(const BenchFlags& f) {
   j["memory"] = {{"peak_rss_bytes", PeakRssBytes()},
                  {"rss_text_only_bytes", rss_text},
                  {"rss_now_bytes", CurrentRssBytes()},
+                 {"file_resident_bytes_text", files_text.resident},
+                 {"file_huge_page_bytes_text", files_text.huge},
                  {"decoder_weight_bytes", DecodeWeightBytes(dec, LoraMode::kNone)},
                  {"kv_dtype", KvDTypeName(dec.kv_dtype())},
                  {"kv_bytes_per_token", dec.kv_bytes_per_token()},
@@ -325,6 +328,7 @@ int BenchCommand(const BenchFlags& f) {
               static_cast<double>(s.kv_cache_bytes()) / (1 << 20));
   std::printf("peak RSS %.2f GB (after text decode, before the encoders: %.2f GB)\n", static_cast<double>(PeakRssBytes()) / 1e9,
               static_cast<double>(rss_text) / 1e9);
+  std::printf("after text decode: %s\n", FilePagesLine(files_text).c_str());
   return 0;
 }
 

@@ -382,7 +382,11 @@ int BatchBenchCommand(const BenchFlags& f) {
   const EngineStats st = (*engine)->stats();
   j["engine"] = {{"steps", st.steps}, {"batch_rows", st.batch_rows}, {"vision_crops", st.vision_crops}};
   j["peak_rss_bytes"] = PeakRssBytes();
+  const FilePages files = MappedFilePages();
+  j["file_resident_bytes"] = files.resident;
+  j["file_huge_page_bytes"] = files.huge;
   std::printf("peak RSS %s GB\n", Fmt("%.2f", static_cast<double>(PeakRssBytes()) / 1e9).c_str());
+  std::printf("%s\n", FilePagesLine(files).c_str());
   if (f.json) std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
