@@ -203,8 +203,10 @@ def test_unknown_path_is_404_and_wrong_method_405(client, server):
 
 
 @pytest.fixture(scope="module")
-def limits_server():
-    s = Server("--max-body-mb", "3", "--max-media-mb", "1", "--request-timeout", "0.3")
+def limits_server(wide_model):
+    # The 16384-position model, so that the timeout test's answer has thousands of tokens to go
+    # when its 0.3 s run out (the tiny model decodes ~2000 tokens a second).
+    s = Server("--max-body-mb", "3", "--max-media-mb", "1", "--request-timeout", "0.3", model=wide_model)
     yield s
     assert s.stop() == 0
 
@@ -227,8 +229,8 @@ def test_media_item_over_the_limit_is_413(limits_server):
 
 
 def test_timeout_ends_the_stream_with_an_error_event(limits_server):
-    """--request-timeout 0.3 s against a 490-token answer: an error event, then [DONE]."""
-    body = {"messages": [{"role": "user", "content": "Write a long poem."}], "max_tokens": 490, "stream": True,
+    """--request-timeout 0.3 s against a 12000-token answer: an error event, then [DONE]."""
+    body = {"messages": [{"role": "user", "content": "Write a long poem."}], "max_tokens": 12000, "stream": True,
             "logit_bias": {"200020": -100, "199999": -100}}
     status, _, raw = limits_server.request("POST", "/v1/chat/completions", body)
     assert status == 200
