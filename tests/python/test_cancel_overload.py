@@ -144,7 +144,7 @@ def test_overload_is_answered_429_with_retry_after(small_server):
         go.wait()
         try:
             r = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Tell me a story."}],
-                                          max_tokens=300, temperature=0, logit_bias=NO_EOS)
+                                          max_tokens=3000, temperature=0, logit_bias=NO_EOS)
             results[i] = r.choices[0].finish_reason
         except openai.RateLimitError as e:
             results[i] = (429, e.response.headers.get("retry-after"), e.body)
