@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -69,7 +70,7 @@ Result<std::shared_ptr<const FileMap>> FileMap::Open(const std::string& path) {
     map->data_ = static_cast<const uint8_t*>(p);
 #ifdef MADV_HUGEPAGE
     // Decode reads every weight once per token. When the page cache holds the file in 4 KiB pages,
-    // the TLB misses cost ~10-30% of decode speed against the same file held in 2 MiB folios
+    // the TLB misses cost 15-20% of decode speed against the same file held in 2 MiB folios
     // (docs/benchmarks.md, "Weights in huge pages"). With this advice the kernel reads the file
     // in whole 2 MiB folios when our accesses fault it in (kernels with large folios for the
     // filesystem), and maps them with one entry each; elsewhere it is a hint that costs nothing.
