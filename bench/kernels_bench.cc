@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -119,6 +120,14 @@ void EncoderShapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_MatMul)->Name("EncoderGemm")->Apply(EncoderShapes)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// A view of a fresh copy of `w`'s storage (kept for the process), so that benchmarks can walk
+// more distinct bytes than the last-level cache holds.
+WeightMatrix ColdCopy(const WeightMatrix& w) {
+  static std::deque<std::vector<uint8_t>> stores;
+  const std::vector<uint8_t>& bytes = stores.emplace_back(w.data(), w.data() + w.bytes());
+  return *WeightMatrix::FromStorage(w.format(), bytes.data(), bytes.size(), w.rows(), w.cols());
+}
+
 // Decode as it runs on the full model: the weights do not fit in the last-level cache, so the GEMV
 // walks `copies` distinct copies of the matrix (at least 1 GB in all) and reports weight GB/s from
 // memory. Args: format, rows, cols, activation rows (1 for decode, 2-8 for batched requests).
@@ -127,11 +136,9 @@ void BM_GemvCold(benchmark::State& state) {
   const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
   const WeightMatrix& src = Weights(rows, cols, f);
   const size_t copies = std::max<size_t>(2, (size_t{1} << 30) / src.bytes() + 1);
-  static std::map<std::tuple<int64_t, int64_t, int>, std::vector<std::vector<uint8_t>>> stores;
-  auto& store = stores[{rows, cols, static_cast<int>(f)}];
-  while (store.size() < copies) store.emplace_back(src.data(), src.data() + src.bytes());
-  std::vector<WeightMatrix> mats;
-  for (const auto& bytes : store) mats.push_back(*WeightMatrix::FromStorage(f, bytes.data(), bytes.size(), rows, cols));
+  static std::map<std::tuple<int64_t, int64_t, int>, std::vector<WeightMatrix>> all_mats;
+  std::vector<WeightMatrix>& mats = all_mats[{rows, cols, static_cast<int>(f)}];
+  while (mats.size() < copies) mats.push_back(ColdCopy(src));
   const std::vector<float> x = Activations(n, cols);
   std::vector<float> y(static_cast<size_t>(n * rows));
   size_t next = 0;
@@ -172,20 +179,15 @@ void BM_LoraLayerCold(benchmark::State& state) {
   };
   // Copies of the layer (57 MB of base, 19-28 MB of adapters) so that the step streams from memory.
   static std::map<int, std::vector<std::vector<Proj>>> all_layers;
-  static std::vector<std::vector<uint8_t>> stores;
-  auto copy = [&](const WeightMatrix& w) {
-    stores.emplace_back(w.data(), w.data() + w.bytes());
-    return *WeightMatrix::FromStorage(w.format(), stores.back().data(), w.bytes(), w.rows(), w.cols());
-  };
   std::vector<std::vector<Proj>>& layers = all_layers[static_cast<int>(adapter_format)];
   while (layers.size() < 6) {
     std::vector<Proj> layer;
     for (const auto& s : shapes) {
       Proj p;
-      p.base = copy(Weights(s[0], s[1], WeightFormat::kQ4K));
+      p.base = ColdCopy(Weights(s[0], s[1], WeightFormat::kQ4K));
       for (int j = 0; j < 2; ++j) {
-        p.a[j] = copy(Weights(ranks[j], s[1], adapter_format));
-        p.b[j] = copy(Weights(s[0], ranks[j], adapter_format));
+        p.a[j] = ColdCopy(Weights(ranks[j], s[1], adapter_format));
+        p.b[j] = ColdCopy(Weights(s[0], ranks[j], adapter_format));
       }
       layer.push_back(std::move(p));
     }
