@@ -3,8 +3,8 @@
 // pool's threads together, the f32 FMA peak, and the int8 multiply-add peak measured with the
 // instruction the Q4_K GEMM tile of the process's ISA uses (vpdpbusd on AVX-512, vpmaddubsw ->
 // int16 add chains on AVX2, sdot on NEON with dot product, smull + sadalp on plain NEON), counted
-// as 8-bit multiply-adds either way, and on AVX2 also that of the Q8_0 tile's instruction pair
-// (vpmaddubsw -> vpmaddwd). Each figure
+// as 8-bit multiply-adds either way, and on AVX2 also that of the Q8_0 tile's instruction
+// sequence (vpsignb, vpmaddubsw, vpmaddwd per 32 MACs, then the fold and float scaling). Each figure
 // is the best of several short trials after a warm-up, so it is a ceiling, not an average. Takes a
 // fraction of a second to a few seconds.
 #pragma once
@@ -23,8 +23,9 @@ struct MachinePeaks {
   double int8_gmac_per_s = 0;  // u8 x s8 multiply-adds
   // The same for the Q8_0 tile's instruction mix where it differs: on AVX2 (no VNNI) every 32
   // MACs of a Q8_0 x A8 pair also pay a vpmaddwd widening (the per-32 scales leave no room for
-  // int16 accumulation), on the multiply port(s) vpmaddubsw uses. Equal to int8_gmac_per_s on the
-  // other tables, whose Q8_0 and Q4_K tiles use the same instruction.
+  // int16 accumulation) and a vpsignb (the sign trick), and every 128 the fold, a convert and the
+  // float scaling; measured on that whole sequence. Equal to int8_gmac_per_s on the other tables,
+  // whose Q8_0 and Q4_K tiles use the same instruction.
   double int8_q8_gmac_per_s = 0;
   const char* isa = "";        // the process's kernel ISA (IsaName(ActiveIsa()))
 };
@@ -54,9 +55,10 @@ float FmaLoopAvx2(int64_t iters, float seed);
 // vpaddw accumulator on AVX2, the instruction mix of the AVX2 Q4_K tile.
 int32_t Int8LoopScalar(int64_t iters, int32_t seed);
 int32_t Int8LoopAvx2(int64_t iters, int32_t seed);
-// The same 8 chains with a vpmaddwd by ones after each vpmaddubsw and int32 accumulation (256 MAC
-// per iteration): the two-multiply pair the AVX2 Q8_0 tile pays per 32 MACs, measured by
-// MeasureMachinePeaks as int8_q8_gmac_per_s.
+// The AVX2 Q8_0 tile's work for two (weight row, activation row) pairs over four blocks per
+// iteration (256 MAC): per 32 MACs vpsignb, vpmaddubsw and a vpmaddwd widening, per 128 the fold
+// (two vpaddd, one vphaddd), a convert, the scales' product and an FMA; measured by
+// MeasureMachinePeaks as int8_q8_gmac_per_s, the ceiling of that tile on this core.
 int32_t Int8PairLoopAvx2(int64_t iters, int32_t seed);
 // `iters` iterations of 12 independent ymm vpdpbusd chains (384 MAC each), the AVX-512 Q4_K tile's
 // instruction (12 chains cover its latency at two per cycle).

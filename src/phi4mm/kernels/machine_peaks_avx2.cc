@@ -1,9 +1,10 @@
 // AVX2 + FMA kernels of MeasureMachinePeaks (compiled with -mavx2 -mfma -mf16c; called only when
 // the CPU has them): a streaming read with four independent 256-bit integer adds per 128 bytes, 12
 // independent vfmadd231ps chains, and 8 independent vpmaddubsw -> vpaddw chains (the instruction
-// mix of the AVX2 Q4_K tile: one multiply per 32 MACs, int16 accumulation); and the same chains
-// with a vpmaddwd widening after each product (the AVX2 Q8_0 tile's pair: its per-32 scales leave
-// no room for int16 accumulation).
+// mix of the AVX2 Q4_K tile: one multiply per 32 MACs, int16 accumulation); and the whole
+// instruction sequence the AVX2 Q8_0 tile issues per (weight row, activation row) and four blocks
+// (its per-32 scales leave no room for int16 accumulation, so each product pays a vpmaddwd
+// widening, and the sign trick a vpsignb).
 #include <immintrin.h>
 
 #include "phi4mm/kernels/machine_peaks.h"
@@ -73,45 +74,50 @@ int32_t Int8LoopAvx2(int64_t iters, int32_t seed) {
   return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
 }
 
+// One (weight row, activation row) pair of the AVX2 Q8_0 tile over four blocks (128 MACs), as
+// Q8QuadImpl::Step issues it: per product vector the sign trick (vpsignb), vpmaddubsw and the
+// vpmaddwd widening; then two adds and a vphaddd fold the four blocks, one convert, the product of
+// the scales and the FMA. The weight-side work (loads, vpabsb, scale unpacking), done once per
+// weight row for all the tile's activation rows, is left out.
+#define PHI4MM_Q8_PAIR(ACC)                                                                              \
+  "vpsignb %[w0], %[x0], %%ymm12\n\t"                                                                    \
+  "vpmaddubsw %%ymm12, %[u0], %%ymm12\n\t"                                                               \
+  "vpmaddwd %[o], %%ymm12, %%ymm12\n\t"                                                                  \
+  "vpsignb %[w1], %[x1], %%ymm13\n\t"                                                                    \
+  "vpmaddubsw %%ymm13, %[u1], %%ymm13\n\t"                                                               \
+  "vpmaddwd %[o], %%ymm13, %%ymm13\n\t"                                                                  \
+  "vpsignb %[w0], %[x1], %%ymm14\n\t"                                                                    \
+  "vpmaddubsw %%ymm14, %[u0], %%ymm14\n\t"                                                               \
+  "vpmaddwd %[o], %%ymm14, %%ymm14\n\t"                                                                  \
+  "vpsignb %[w1], %[x0], %%ymm15\n\t"                                                                    \
+  "vpmaddubsw %%ymm15, %[u1], %%ymm15\n\t"                                                               \
+  "vpmaddwd %[o], %%ymm15, %%ymm15\n\t"                                                                  \
+  "vpaddd %%ymm13, %%ymm12, %%ymm12\n\t"                                                                 \
+  "vpaddd %%ymm15, %%ymm14, %%ymm14\n\t"                                                                 \
+  "vphaddd %%ymm14, %%ymm12, %%ymm12\n\t"                                                                \
+  "vcvtdq2ps %%ymm12, %%ymm12\n\t"                                                                       \
+  "vmulps %[s0], %[s1], %%ymm13\n\t"                                                                     \
+  "vfmadd231ps %%ymm13, %%ymm12, " ACC "\n\t"
+
 int32_t Int8PairLoopAvx2(int64_t iters, int32_t seed) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  // Two pairs per iteration (256 MACs) into two float accumulators; the iterations overlap, as
+  // only the FMAs carry a dependency from one to the next.
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0;
   const __m256i x0 = _mm256_set1_epi8(static_cast<char>(seed)), x1 = _mm256_set1_epi8(static_cast<char>(seed + 1));
-  const __m256i w = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+  const __m256i w0 = _mm256_set1_epi8(3), w1 = _mm256_set1_epi8(-5);
+  const __m256i u0 = _mm256_abs_epi8(w0), u1 = _mm256_abs_epi8(w1), ones = _mm256_set1_epi16(1);
+  const __m256 s0 = _mm256_set1_ps(1e-3f), s1 = _mm256_set1_ps(1e-3f);
   for (int64_t i = 0; i < iters; ++i)
-    __asm__ volatile(
-        "vpmaddubsw %[w], %[x0], %%ymm12\n\t"
-        "vpmaddwd %[o], %%ymm12, %%ymm12\n\t"
-        "vpaddd %%ymm12, %[a0], %[a0]\n\t"
-        "vpmaddubsw %[w], %[x1], %%ymm13\n\t"
-        "vpmaddwd %[o], %%ymm13, %%ymm13\n\t"
-        "vpaddd %%ymm13, %[a1], %[a1]\n\t"
-        "vpmaddubsw %[w], %[x0], %%ymm14\n\t"
-        "vpmaddwd %[o], %%ymm14, %%ymm14\n\t"
-        "vpaddd %%ymm14, %[a2], %[a2]\n\t"
-        "vpmaddubsw %[w], %[x1], %%ymm15\n\t"
-        "vpmaddwd %[o], %%ymm15, %%ymm15\n\t"
-        "vpaddd %%ymm15, %[a3], %[a3]\n\t"
-        "vpmaddubsw %[w], %[x0], %%ymm12\n\t"
-        "vpmaddwd %[o], %%ymm12, %%ymm12\n\t"
-        "vpaddd %%ymm12, %[a4], %[a4]\n\t"
-        "vpmaddubsw %[w], %[x1], %%ymm13\n\t"
-        "vpmaddwd %[o], %%ymm13, %%ymm13\n\t"
-        "vpaddd %%ymm13, %[a5], %[a5]\n\t"
-        "vpmaddubsw %[w], %[x0], %%ymm14\n\t"
-        "vpmaddwd %[o], %%ymm14, %%ymm14\n\t"
-        "vpaddd %%ymm14, %[a6], %[a6]\n\t"
-        "vpmaddubsw %[w], %[x1], %%ymm15\n\t"
-        "vpmaddwd %[o], %%ymm15, %%ymm15\n\t"
-        "vpaddd %%ymm15, %[a7], %[a7]\n\t"
-        : [a0] "+x"(a0), [a1] "+x"(a1), [a2] "+x"(a2), [a3] "+x"(a3), [a4] "+x"(a4), [a5] "+x"(a5),
-          [a6] "+x"(a6), [a7] "+x"(a7)
-        : [x0] "x"(x0), [x1] "x"(x1), [w] "x"(w), [o] "x"(ones)
-        : "xmm12", "xmm13", "xmm14", "xmm15");
-  const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
-                                     _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
-  alignas(32) int32_t v[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(v), s);
-  return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+    __asm__ volatile(PHI4MM_Q8_PAIR("%[c0]") PHI4MM_Q8_PAIR("%[c1]")
+                     : [c0] "+x"(c0), [c1] "+x"(c1)
+                     : [x0] "x"(x0), [x1] "x"(x1), [w0] "x"(w0), [w1] "x"(w1), [u0] "x"(u0), [u1] "x"(u1),
+                       [o] "x"(ones), [s0] "x"(s0), [s1] "x"(s1)
+                     : "xmm12", "xmm13", "xmm14", "xmm15");
+  alignas(32) float v[8];
+  _mm256_store_ps(v, _mm256_add_ps(c0, c1));
+  return static_cast<int32_t>(v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]);
 }
+
+#undef PHI4MM_Q8_PAIR
 
 }  // namespace phi4mm::peaks_internal
