@@ -26,6 +26,7 @@
 #include <mutex>
 #include <thread>
 
+#include "phi4mm/base/process_memory.h"
 #include "server/metrics.h"
 #include "server_test_util.h"
 
@@ -121,7 +122,7 @@ TEST(ServerLoad, MixedConcurrentClientsGetTheirSoloAnswers) {
   auto round_end = [&]() noexcept {
     WaitEngineIdle(s.port, 10.0);
     heap.push_back(HeapInUseBytes());
-    rss.push_back(server::ResidentBytes());
+    rss.push_back(ResidentBytes());
   };
   std::barrier round_barrier(kClients, round_end);
   auto client = [&](int c) {

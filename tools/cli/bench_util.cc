@@ -2,13 +2,9 @@
 // multiply-adds.
 #include "bench_util.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
-#include <fstream>
 
 #include "phi4mm/tokenizer/chat_format.h"
 
@@ -21,36 +17,6 @@ std::string Fmt(const char* f, double v) {
 }
 
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-int64_t PeakRssBytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
-}
-
-int64_t CurrentRssBytes() {
-  std::ifstream f("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  if (!(f >> size >> resident)) return 0;
-  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-}
-
-namespace {
-
-// The value in kB of the line "<key>: <n> kB" of a /proc file, in bytes; 0 when absent.
-int64_t ProcKb(const char* path, const std::string& key) {
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line))
-    if (line.compare(0, key.size() + 1, key + ":") == 0) return std::atoll(line.c_str() + key.size() + 1) * 1024;
-  return 0;
-}
-
-}  // namespace
-
-FilePages MappedFilePages() {
-  return {ProcKb("/proc/self/status", "RssFile"), ProcKb("/proc/self/smaps_rollup", "FilePmdMapped")};
-}
 
 std::string FilePagesLine(const FilePages& p) {
   std::string s = "weight files resident " + Fmt("%.2f", static_cast<double>(p.resident) / 1e9) + " GB, " +

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "phi4mm/base/process_memory.h"
 #include "phi4mm/kernels/machine_peaks.h"
 #include "phi4mm/models/decoder.h"
 
@@ -17,16 +18,6 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0);
 // printf-formats one number (`f` takes exactly one double).
 std::string Fmt(const char* f, double v);
-int64_t PeakRssBytes();
-int64_t CurrentRssBytes();
-// The file-backed pages this process has resident (the memory-mapped weights) and how many of
-// those bytes the kernel maps in 2 MiB pages (/proc/self/status RssFile, /proc/self/smaps_rollup
-// FilePmdMapped; 0 where the kernel does not say). Decode runs measurably slower over weights held
-// in 4 KiB pages (docs/benchmarks.md, "Weights in huge pages").
-struct FilePages {
-  int64_t resident = 0, huge = 0;
-};
-FilePages MappedFilePages();
 // One line for the benchmarks' output: resident weight-file bytes and the share in 2 MiB pages.
 std::string FilePagesLine(const FilePages& p);
 // Ordinary (non-placeholder) token ids.

@@ -207,7 +207,7 @@ int BenchCommand(const BenchFlags& f) {
   }
   // Resident set with the text model in use (every LoRA mode decoded), before any encoder loads; the
   // current value, not the peak, which the bandwidth measurements' transient buffer would inflate.
-  const int64_t rss_text = CurrentRssBytes();
+  const int64_t rss_text = ResidentBytes();
   const FilePages files_text = MappedFilePages();
 
   // Vision: a (448·crops) x 448 synthetic image at dynamic_hd = crops (crops HD crops + the global view).
@@ -281,9 +281,9 @@ int BenchCommand(const BenchFlags& f) {
                   {"rtf", rtf},                       {"ceiling_rtf", ceil_rtf}, {"ratio", ceil_rtf / rtf}};
   }
 
-  j["memory"] = {{"peak_rss_bytes", PeakRssBytes()},
+  j["memory"] = {{"peak_rss_bytes", PeakResidentBytes()},
                  {"rss_text_only_bytes", rss_text},
-                 {"rss_now_bytes", CurrentRssBytes()},
+                 {"rss_now_bytes", ResidentBytes()},
                  {"file_resident_bytes_text", files_text.resident},
                  {"file_huge_page_bytes_text", files_text.huge},
                  {"decoder_weight_bytes", DecodeWeightBytes(dec, LoraMode::kNone)},
@@ -326,7 +326,7 @@ int BenchCommand(const BenchFlags& f) {
               dj["bytes_per_token"].get<double>() / 1e9, mm["decoder_weight_bytes"].get<double>() / 1e9,
               KvDTypeName(dec.kv_dtype()), static_cast<long long>(dec.kv_bytes_per_token()),
               static_cast<double>(s.kv_cache_bytes()) / (1 << 20));
-  std::printf("peak RSS %.2f GB (after text decode, before the encoders: %.2f GB)\n", static_cast<double>(PeakRssBytes()) / 1e9,
+  std::printf("peak RSS %.2f GB (after text decode, before the encoders: %.2f GB)\n", static_cast<double>(PeakResidentBytes()) / 1e9,
               static_cast<double>(rss_text) / 1e9);
   std::printf("after text decode: %s\n", FilePagesLine(files_text).c_str());
   return 0;

@@ -223,7 +223,7 @@ int LongPromptMemory(const std::shared_ptr<const Model>& model, const BenchFlags
     if (!h.ok()) return ReportError(h.status());
     if (auto r = h->Wait(); !r.ok()) return ReportError(r.status());
   }
-  const int64_t before = CurrentRssBytes();
+  const int64_t before = ResidentBytes();
   EngineRequest r;
   r.prompt_ids = RandomIds(rng, f.long_prompt, model->embedding().vocab_size());
   r.generate.max_new_tokens = 1;
@@ -237,7 +237,7 @@ int LongPromptMemory(const std::shared_ptr<const Model>& model, const BenchFlags
   double next_sample = 0;
   while (!h->done()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const int64_t rss = CurrentRssBytes();
+    const int64_t rss = ResidentBytes();
     const EngineStats st = (*engine)->stats();
     kv = std::max(kv, st.kv_reserved_bytes);
     if (rss > peak) {
@@ -381,11 +381,11 @@ int BatchBenchCommand(const BenchFlags& f) {
   }
   const EngineStats st = (*engine)->stats();
   j["engine"] = {{"steps", st.steps}, {"batch_rows", st.batch_rows}, {"vision_crops", st.vision_crops}};
-  j["peak_rss_bytes"] = PeakRssBytes();
+  j["peak_rss_bytes"] = PeakResidentBytes();
   const FilePages files = MappedFilePages();
   j["file_resident_bytes"] = files.resident;
   j["file_huge_page_bytes"] = files.huge;
-  std::printf("peak RSS %s GB\n", Fmt("%.2f", static_cast<double>(PeakRssBytes()) / 1e9).c_str());
+  std::printf("peak RSS %s GB\n", Fmt("%.2f", static_cast<double>(PeakResidentBytes()) / 1e9).c_str());
   std::printf("%s\n", FilePagesLine(files).c_str());
   if (f.json) std::printf("%s\n", j.dump(2).c_str());
   return 0;

@@ -2,8 +2,8 @@
 #include "metrics.h"
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+
+#include "phi4mm/base/process_memory.h"
 
 namespace phi4mm::server {
 
@@ -190,20 +190,6 @@ std::string Metrics::Render(const BuildInfo& b, const EngineStats* e) const {
   Single(&out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
          static_cast<double>(ResidentBytes()));
   return out;
-}
-
-int64_t ResidentBytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      std::istringstream is(line.substr(6));
-      int64_t kb = 0;
-      is >> kb;
-      return kb * 1024;
-    }
-  }
-  return 0;
 }
 
 }  // namespace phi4mm::server

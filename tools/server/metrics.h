@@ -53,7 +53,4 @@ class Metrics {
   Histogram ttft_, itl_, e2e_, queue_, image_encode_, audio_encode_;
 };
 
-// Resident set size of this process in bytes (0 when /proc is not readable).
-int64_t ResidentBytes();
-
 }  // namespace phi4mm::server

@@ -1,6 +1,6 @@
 // POSIX mmap-backed FileMap and small-file helpers. Files of 2 MiB and more are mapped at a 2 MiB
-// boundary with transparent huge pages requested, so a weight file can sit in the TLB in 2 MiB
-// entries.
+// boundary with transparent huge pages requested (base/huge_pages.h), so a weight file can sit in
+// the TLB in 2 MiB entries.
 #include "phi4mm/base/file_map.h"
 
 #include <fcntl.h>
@@ -14,35 +14,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "phi4mm/base/huge_pages.h"
+
 namespace phi4mm {
-
-namespace {
-
-constexpr size_t kHugePage = size_t{2} << 20;
-
-// A read-only private mapping of the whole file at a 2 MiB-aligned address (file offset 0 on a huge
-// page boundary, so the kernel can map its huge folios with one page-table entry each), or
-// MAP_FAILED for files smaller than that or when the address space cannot be reserved.
-void* MapAligned(int fd, size_t size) {
-  if (size < kHugePage) return MAP_FAILED;
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  void* reserved = ::mmap(nullptr, size + kHugePage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (reserved == MAP_FAILED) return MAP_FAILED;
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(reserved), end = begin + size + kHugePage;
-  const uintptr_t at = (begin + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = ::mmap(reinterpret_cast<void*>(at), size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
-  if (p == MAP_FAILED) {
-    ::munmap(reserved, size + kHugePage);
-    return MAP_FAILED;
-  }
-  // Give back the reservation around the file's pages.
-  const uintptr_t tail = (at + size + page - 1) / page * page;
-  if (at > begin) ::munmap(reserved, at - begin);
-  if (end > tail) ::munmap(reinterpret_cast<void*>(tail), end - tail);
-  return p;
-}
-
-}  // namespace
 
 Result<std::shared_ptr<const FileMap>> FileMap::Open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -60,22 +34,18 @@ Result<std::shared_ptr<const FileMap>> FileMap::Open(const std::string& path) {
   map->path_ = path;
   map->size_ = static_cast<size_t>(st.st_size);
   if (map->size_ > 0) {
-    void* p = MapAligned(fd, map->size_);
-    if (p == MAP_FAILED) p = ::mmap(nullptr, map->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* p = MapHugeAligned(map->size_, fd);
+    if (p == nullptr) p = ::mmap(nullptr, map->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
       return InvalidArgument("cannot memory-map '" + path + "': " + std::strerror(err));
     }
     map->data_ = static_cast<const uint8_t*>(p);
-#ifdef MADV_HUGEPAGE
-    // Decode reads every weight once per token. When the page cache holds the file in 4 KiB pages,
-    // the TLB misses cost 15-20% of decode speed against the same file held in 2 MiB folios
-    // (docs/benchmarks.md, "Weights in huge pages"). With this advice the kernel reads the file
-    // in whole 2 MiB folios when our accesses fault it in (kernels with large folios for the
+    // Decode reads every weight once per token. With this advice the kernel reads the file in
+    // whole 2 MiB folios when our accesses fault it in (kernels with large folios for the
     // filesystem), and maps them with one entry each; elsewhere it is a hint that costs nothing.
-    ::madvise(p, map->size_, MADV_HUGEPAGE);
-#endif
+    AdviseHugePages(p, map->size_);
   }
   ::close(fd);
   return std::shared_ptr<const FileMap>(std::move(map));

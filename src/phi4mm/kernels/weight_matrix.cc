@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include "phi4mm/base/half.h"
+#include "phi4mm/base/huge_pages.h"
 #include "phi4mm/kernels/quant.h"
 
 namespace phi4mm {
@@ -62,20 +63,12 @@ float DotF32(const float* a, const float* b, int64_t n) {
 }
 
 std::shared_ptr<uint8_t[]> WeightMatrix::Allocate(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  if (bytes >= kHuge) {
-    const size_t len = (bytes + kHuge - 1) / kHuge * kHuge;
-    // Over-map by one huge page so the start can be aligned to 2 MiB.
-    void* base = mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base != MAP_FAILED) {
-      const uintptr_t b = reinterpret_cast<uintptr_t>(base);
-      uint8_t* aligned = reinterpret_cast<uint8_t*>((b + kHuge - 1) / kHuge * kHuge);
-#ifdef MADV_HUGEPAGE
-      madvise(aligned, len, MADV_HUGEPAGE);
-#endif
-      const size_t total = len + kHuge;
-      return std::shared_ptr<uint8_t[]>(aligned, [base, total](uint8_t*) { munmap(base, total); });
-    }
+  // Whole 2 MiB pages at a 2 MiB boundary, so the converted weights decode reads every token can
+  // sit in huge pages; small buffers and systems that refuse come from the heap.
+  const size_t len = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  if (void* p = bytes >= kHugePageBytes ? MapHugeAligned(len, -1) : nullptr) {
+    AdviseHugePages(p, len);
+    return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p), [len](uint8_t* q) { munmap(q, len); });
   }
   return std::shared_ptr<uint8_t[]>(new uint8_t[bytes == 0 ? 1 : bytes]());
 }
