@@ -21,7 +21,10 @@
 #include <tuple>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "phi4mm/base/half.h"
+#include "phi4mm/base/huge_pages.h"
 #include "phi4mm/kernels/weight_matrix.h"
 
 namespace phi4mm {
@@ -121,11 +124,21 @@ void EncoderShapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_MatMul)->Name("EncoderGemm")->Apply(EncoderShapes)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // A view of a fresh copy of `w`'s storage (kept for the process), so that benchmarks can walk
-// more distinct bytes than the last-level cache holds.
+// more distinct bytes than the last-level cache holds. Copies of 2 MiB and more sit in 2 MiB
+// pages, as the memory-mapped weights and the buffers converted at load do.
 WeightMatrix ColdCopy(const WeightMatrix& w) {
-  static std::deque<std::vector<uint8_t>> stores;
-  const std::vector<uint8_t>& bytes = stores.emplace_back(w.data(), w.data() + w.bytes());
-  return *WeightMatrix::FromStorage(w.format(), bytes.data(), bytes.size(), w.rows(), w.cols());
+  static std::deque<std::shared_ptr<uint8_t[]>> stores;
+  const size_t n = w.bytes();
+  const size_t len = (n + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  uint8_t* p = n >= kHugePageBytes ? static_cast<uint8_t*>(MapHugeAligned(len, -1)) : nullptr;
+  if (p != nullptr) {
+    AdviseHugePages(p, len);
+    stores.emplace_back(p, [len](uint8_t* q) { munmap(q, len); });
+  } else {
+    p = stores.emplace_back(new uint8_t[n == 0 ? 1 : n]).get();
+  }
+  std::memcpy(p, w.data(), n);
+  return *WeightMatrix::FromStorage(w.format(), p, n, w.rows(), w.cols());
 }
 
 // Decode as it runs on the full model: the weights do not fit in the last-level cache, so the GEMV
