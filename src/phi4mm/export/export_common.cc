@@ -60,4 +60,25 @@ Result<std::vector<float>> ReadTransposed(const Checkpoint& ckpt, const std::str
   return out;
 }
 
+Status AddConcatLoop(onnx_writer::ModelWriter* w, const std::string& name, const std::string& count_of, int64_t hidden,
+                     const std::string& output,
+                     const std::function<Result<std::string>(onnx_writer::Graph& body, const std::string& index)>& item) {
+  using onnx_writer::Attr;
+  using onnx_writer::Dim;
+  using onnx_writer::ElemType;
+  onnx_writer::Graph& g = w->graph();
+  auto [body_proto, body] = w->Subgraph(name);
+  const std::string iter = w->Fresh(name + "_index"), cond_in = w->Fresh("cond_in"), acc_in = w->Fresh("features_in");
+  body.Input(iter, ElemType::kInt64, {});
+  body.Input(cond_in, ElemType::kBool, {});
+  body.Input(acc_in, w->real_type(), {Dim("tokens_so_far"), hidden});
+  PHI4MM_ASSIGN_OR_RETURN(std::string feats, item(body, iter));
+  body.Output(body.Op("Identity", {cond_in}), ElemType::kBool, {});
+  body.Output(body.Op("Concat", {acc_in, feats}, {Attr::Int("axis", 0)}), w->real_type(), {Dim("tokens_after"), hidden});
+  const std::string n = g.Op("Gather", {g.Op("Shape", {count_of}), g.ConstInts({0}, true)}, {Attr::Int("axis", 0)});
+  const std::string empty = g.Op("Reshape", {g.ConstReal({}, {0}), g.ConstInts({0, hidden})});
+  g.Node("Loop", {n, "", empty}, 1, {Attr::Graph("body", body_proto)}, "", {output});
+  return Status::Ok();
+}
+
 }  // namespace phi4mm::exporter

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,5 +62,14 @@ Result<std::vector<float>> ReadFloats(const Checkpoint& ckpt, const std::string&
 // Tensor `name` [rows, cols] transposed to [cols, rows] float32, times `scale`.
 Result<std::vector<float>> ReadTransposed(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols,
                                           float scale = 1.0f, const std::vector<int64_t>& shape = {});
+
+// Adds to the main graph a Loop over the items (images, clips) counted by dimension 0 of the input
+// `count_of`: the body `item(body, index)` builds one item's features [tokens, hidden] from the
+// loop index, and the loop concatenates them in item order into the graph's `output`
+// [total tokens, hidden] (of the package's float type; no items give zero rows). `name` names the
+// body subgraph and its loop variables.
+Status AddConcatLoop(onnx_writer::ModelWriter* w, const std::string& name, const std::string& count_of, int64_t hidden,
+                     const std::string& output,
+                     const std::function<Result<std::string>(onnx_writer::Graph& body, const std::string& index)>& item);
 
 }  // namespace phi4mm::exporter

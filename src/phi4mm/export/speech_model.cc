@@ -217,18 +217,8 @@ Status SpeechBuilder::Build() {
   g.Input("audio_sizes", ElemType::kInt64, {Dim("num_audios")});
   g.Input("audio_projection_mode", ElemType::kInt64, {int64_t{1}});
   g.Output(kAudioFeatures, w_->real_type(), {Dim("num_audio_tokens"), T});
-  auto [body_proto, body] = w_->Subgraph("clip");
-  const std::string iter = w_->Fresh("clip_index"), cond_in = w_->Fresh("cond_in"), acc_in = w_->Fresh("features_in");
-  body.Input(iter, ElemType::kInt64, {});
-  body.Input(cond_in, ElemType::kBool, {});
-  body.Input(acc_in, w_->real_type(), {Dim("tokens_so_far"), T});
-  PHI4MM_ASSIGN_OR_RETURN(std::string feats, ClipBody(body, iter));
-  body.Output(body.Op("Identity", {cond_in}), ElemType::kBool, {});
-  body.Output(body.Op("Concat", {acc_in, feats}, {Attr::Int("axis", 0)}), w_->real_type(), {Dim("tokens_after"), T});
-  const std::string n = g.Op("Gather", {g.Op("Shape", {"audio_embeds"}), g.ConstInts({0}, true)}, {Attr::Int("axis", 0)});
-  const std::string empty = g.Op("Reshape", {g.ConstReal({}, {0}), g.ConstInts({0, T})});
-  g.Node("Loop", {n, "", empty}, 1, {Attr::Graph("body", body_proto)}, "", {kAudioFeatures});
-  return Status::Ok();
+  return AddConcatLoop(w_, "clip", "audio_embeds", T, kAudioFeatures,
+                       [&](Graph& body, const std::string& index) { return ClipBody(body, index); });
 }
 
 }  // namespace

@@ -212,21 +212,8 @@ Status VisionBuilder::Build() {
   PHI4MM_RETURN_IF_ERROR(w_->AddReal("sub_gn_row", sub.data(), {1, D}));
   PHI4MM_RETURN_IF_ERROR(w_->AddReal("glb_gn_row", glb.data(), {1, D}));
 
-  auto [body_proto, body] = w_->Subgraph("image");
-  const std::string iter = w_->Fresh("image_index"), cond_in = w_->Fresh("cond_in"), acc_in = w_->Fresh("features_in");
-  body.Input(iter, ElemType::kInt64, {});
-  body.Input(cond_in, ElemType::kBool, {});
-  body.Input(acc_in, w_->real_type(), {Dim("tokens_so_far"), T});
-  PHI4MM_ASSIGN_OR_RETURN(std::string feats, ImageBody(body, iter));
-  const std::string cond_out = body.Op("Identity", {cond_in});
-  const std::string acc_out = body.Op("Concat", {acc_in, feats}, {Attr::Int("axis", 0)});
-  body.Output(cond_out, ElemType::kBool, {});
-  body.Output(acc_out, w_->real_type(), {Dim("tokens_after"), T});
-
-  const std::string n_images = g.Op("Gather", {g.Op("Shape", {"pixel_values"}), g.ConstInts({0}, true)}, {Attr::Int("axis", 0)});
-  const std::string empty = g.Op("Reshape", {g.ConstReal({}, {0}), g.ConstInts({0, T})});
-  g.Node("Loop", {n_images, "", empty}, 1, {Attr::Graph("body", body_proto)}, "", {kImageFeatures});
-  return Status::Ok();
+  return AddConcatLoop(w_, "image", "pixel_values", T, kImageFeatures,
+                       [&](Graph& body, const std::string& index) { return ImageBody(body, index); });
 }
 
 }  // namespace
