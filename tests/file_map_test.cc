@@ -90,8 +90,9 @@ TEST(HugePages, AnonymousMemoryIsAlignedZeroedAndWritable) {
   const int64_t during = ResidentBytes();
   if (before > 0) {
     EXPECT_GE(during - before, static_cast<int64_t>(size) / 2);
+    // The kernel's RSS counters lag by a few pages, so the peak is checked against what was touched.
+    EXPECT_GE(PeakResidentBytes(), static_cast<int64_t>(size));
   }
-  EXPECT_GE(PeakResidentBytes(), during);
   EXPECT_EQ(munmap(p, size), 0);
 }
 
