@@ -59,7 +59,7 @@ void BenchFlags::Register(CLI::App* app) {
                   "mixed LoRA modes, and an image request's time to first token while they decode");
   app->add_option("--prefill-chunk", prefill_chunk, "With --concurrency: prompt rows per engine step")
       ->capture_default_str();
-  app->add_option("--rounds", rounds, "With --concurrency: runs per figure (the best is kept)")->capture_default_str();
+  app->add_option("--rounds", rounds, "With --concurrency: rounds over all figures, interleaved (each figure keeps its best round)")->capture_default_str();
   app->add_flag("--step-profile", step_profile,
                 "With --concurrency: also print where a decode step's time goes (ms per step by part, over every "
                 "decode-only step of a figure's rounds)");

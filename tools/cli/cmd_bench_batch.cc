@@ -174,6 +174,21 @@ BatchRun RunBatch(Engine& engine, std::mt19937& rng, int64_t n, int64_t prompt, 
 
 // The decode-only steps between two snapshots of the engine's profile: one line of ms per step by
 // part; returns the same figures for the JSON.
+// acc += b - a, part by part (the decode profile a figure's run added to the engine's totals).
+void AddProfile(const EngineStats::DecodeProfile& a, const EngineStats::DecodeProfile& b, EngineStats::DecodeProfile* acc) {
+  acc->steps += b.steps - a.steps;
+  acc->rows += b.rows - a.rows;
+  acc->decoder.qkv += b.decoder.qkv - a.decoder.qkv;
+  acc->decoder.attention += b.decoder.attention - a.decoder.attention;
+  acc->decoder.o += b.decoder.o - a.decoder.o;
+  acc->decoder.gate_up += b.decoder.gate_up - a.decoder.gate_up;
+  acc->decoder.activation += b.decoder.activation - a.decoder.activation;
+  acc->decoder.down += b.decoder.down - a.decoder.down;
+  acc->outside_layers += b.outside_layers - a.outside_layers;
+  acc->lm_head += b.lm_head - a.lm_head;
+  acc->sampling += b.sampling - a.sampling;
+}
+
 nlohmann::json PrintStepProfile(const EngineStats::DecodeProfile& a, const EngineStats::DecodeProfile& b) {
   const int64_t steps = b.steps - a.steps;
   if (steps <= 0) return nullptr;
@@ -279,7 +294,9 @@ int BatchBenchCommand(const BenchFlags& f) {
       ns.push_back(v);
     }
   }
-  if (std::find(ns.begin(), ns.end(), 1) == ns.end()) ns.insert(ns.begin(), 1);  // the baseline
+  ns.push_back(1);  // the baseline
+  std::sort(ns.begin(), ns.end());
+  ns.erase(std::unique(ns.begin(), ns.end()), ns.end());
   if (f.prompt_tokens < 1 || f.decode_tokens < 2 || f.prefill_chunk < 1)
     return ReportError(InvalidArgument("--prompt-tokens must be >= 1, --decode-tokens >= 2, --prefill-chunk >= 1"));
   nlohmann::json j;
@@ -316,7 +333,6 @@ int BatchBenchCommand(const BenchFlags& f) {
                   {"read_gb_per_s", read_gbps},
                   {"compute_gop_per_s", compute_gops}};
   j["runs"] = nlohmann::json::array();
-  double base_tps = 0;
   std::printf("phi4mm bench --concurrency: %s, %d threads, prompt %lld, decode %lld tokens per stream, prefill chunk %lld\n",
               peaks.isa, peaks.threads, static_cast<long long>(f.prompt_tokens),
               static_cast<long long>(f.decode_tokens), static_cast<long long>(f.prefill_chunk));
@@ -324,40 +340,56 @@ int BatchBenchCommand(const BenchFlags& f) {
               read_gbps, read_gbps * 1e9 / step_bytes, compute_gops, compute_gops * 1e9 / flop_per_row);
   std::printf("%-6s %-8s %10s %8s %10s %10s %10s %10s %12s\n", "N", "lora", "agg tok/s", "x one", "itl ms",
               "itl p50", "itl max", "ttft s", "KV MiB");
-  for (int64_t n : ns) {
-    for (int mixed = 0; mixed < (n >= 3 && f.lora == "all" ? 2 : 1); ++mixed) {
-      const std::vector<LoraMode> modes = mixed ? std::vector<LoraMode>{LoraMode::kNone, LoraMode::kVision, LoraMode::kSpeech}
-                                                : std::vector<LoraMode>{LoraMode::kNone};
-      BatchRun best;
+  // The figures (each stream count text-only, and mixed from 3 streams up) are timed in
+  // interleaved rounds, every figure once per round, and each keeps its best round: the machine's
+  // slow periods then fall on all figures alike instead of on whichever ran during them, so the
+  // ratios between figures (to one stream, mixed to text-only) hold up better than the figures.
+  struct Figure {
+    int64_t n = 0;
+    bool mixed = false;
+    BatchRun best;
+    EngineStats::DecodeProfile spent;  // summed over the figure's rounds
+  };
+  std::vector<Figure> figures;
+  for (int64_t n : ns)
+    for (int mixed = 0; mixed < (n >= 3 && f.lora == "all" ? 2 : 1); ++mixed) figures.push_back({n, mixed == 1, {}, {}});
+  for (int round = 0; round < f.rounds; ++round) {
+    for (Figure& fig : figures) {
+      const std::vector<LoraMode> modes = fig.mixed
+                                              ? std::vector<LoraMode>{LoraMode::kNone, LoraMode::kVision, LoraMode::kSpeech}
+                                              : std::vector<LoraMode>{LoraMode::kNone};
       const EngineStats::DecodeProfile before = (*engine)->stats().decode_profile;
-      for (int round = 0; round < f.rounds; ++round) {
-        BatchRun r = RunBatch(**engine, rng, n, f.prompt_tokens, f.decode_tokens, modes, nullptr);
-        if (!r.status.ok()) return ReportError(r.status);
-        if (r.aggregate_tps > best.aggregate_tps) best = r;
-      }
-      if (n == 1 && !mixed) base_tps = best.aggregate_tps;
-      // Ceiling of a batch: the bytes of one step (adapters of the modes present) over the
-      // bandwidth, or n rows of multiply-adds over the compute peak, whichever is slower.
-      double bytes = step_bytes;
-      if (mixed) bytes += AdapterBytes(dec, LoraMode::kVision) + AdapterBytes(dec, LoraMode::kSpeech);
-      const double step_s = std::max(bytes / (read_gbps * 1e9), static_cast<double>(n) * flop_per_row / (compute_gops * 1e9));
-      const double ceil_tps = static_cast<double>(n) / step_s;
-      j["runs"].push_back({{"streams", n},
-                           {"lora", mixed ? "mixed" : "none"},
-                           {"aggregate_tok_per_s", best.aggregate_tps},
-                           {"ratio_to_one_stream", best.aggregate_tps / base_tps},
-                           {"ceiling_tok_per_s", ceil_tps},
-                           {"itl_mean_ms", best.itl_mean_ms},
-                           {"itl_p50_ms", best.itl_p50_ms},
-                           {"itl_max_ms", best.itl_max_ms},
-                           {"ttft_mean_s", best.ttft_mean_s},
-                           {"kv_reserved_bytes", best.kv_reserved}});
-      std::printf("%-6lld %-8s %10.2f %8.2f %10.1f %10.1f %10.1f %10.2f %12.1f   (ceiling %.1f tok/s)\n",
-                  static_cast<long long>(n), mixed ? "mixed" : "none", best.aggregate_tps, best.aggregate_tps / base_tps,
-                  best.itl_mean_ms, best.itl_p50_ms, best.itl_max_ms, best.ttft_mean_s,
-                  static_cast<double>(best.kv_reserved) / (1 << 20), ceil_tps);
-      if (f.step_profile) j["runs"].back()["step_profile_ms"] = PrintStepProfile(before, (*engine)->stats().decode_profile);
+      BatchRun r = RunBatch(**engine, rng, fig.n, f.prompt_tokens, f.decode_tokens, modes, nullptr);
+      if (!r.status.ok()) return ReportError(r.status);
+      AddProfile(before, (*engine)->stats().decode_profile, &fig.spent);
+      if (r.aggregate_tps > fig.best.aggregate_tps) fig.best = r;
     }
+  }
+  const double base_tps = figures.front().best.aggregate_tps;  // one stream, text-only (ns is sorted)
+  for (const Figure& fig : figures) {
+    const int64_t n = fig.n;
+    const BatchRun& best = fig.best;
+    // Ceiling of a batch: the bytes of one step (adapters of the modes present) over the
+    // bandwidth, or n rows of multiply-adds over the compute peak, whichever is slower.
+    double bytes = step_bytes;
+    if (fig.mixed) bytes += AdapterBytes(dec, LoraMode::kVision) + AdapterBytes(dec, LoraMode::kSpeech);
+    const double step_s = std::max(bytes / (read_gbps * 1e9), static_cast<double>(n) * flop_per_row / (compute_gops * 1e9));
+    const double ceil_tps = static_cast<double>(n) / step_s;
+    j["runs"].push_back({{"streams", n},
+                         {"lora", fig.mixed ? "mixed" : "none"},
+                         {"aggregate_tok_per_s", best.aggregate_tps},
+                         {"ratio_to_one_stream", best.aggregate_tps / base_tps},
+                         {"ceiling_tok_per_s", ceil_tps},
+                         {"itl_mean_ms", best.itl_mean_ms},
+                         {"itl_p50_ms", best.itl_p50_ms},
+                         {"itl_max_ms", best.itl_max_ms},
+                         {"ttft_mean_s", best.ttft_mean_s},
+                         {"kv_reserved_bytes", best.kv_reserved}});
+    std::printf("%-6lld %-8s %10.2f %8.2f %10.1f %10.1f %10.1f %10.2f %12.1f   (ceiling %.1f tok/s)\n",
+                static_cast<long long>(n), fig.mixed ? "mixed" : "none", best.aggregate_tps, best.aggregate_tps / base_tps,
+                best.itl_mean_ms, best.itl_p50_ms, best.itl_max_ms, best.ttft_mean_s,
+                static_cast<double>(best.kv_reserved) / (1 << 20), ceil_tps);
+    if (f.step_profile) j["runs"].back()["step_profile_ms"] = PrintStepProfile(EngineStats::DecodeProfile{}, fig.spent);
   }
   if (f.vision_crops > 0) {
     const ModelConfig& mc = model->config();
