@@ -1,9 +1,8 @@
-// Benchmark helpers: timing, number formatting, resident memory, random prompts, decode bytes and
+// Benchmark helpers: timing, number formatting, the weight-file page line, random prompts, decode bytes and
 // multiply-adds.
 #include "bench_util.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdio>
 
 #include "phi4mm/tokenizer/chat_format.h"
