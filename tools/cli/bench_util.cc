@@ -1,5 +1,5 @@
-// Benchmark helpers: timing, number formatting, the weight-file page line, random prompts, decode bytes and
-// multiply-adds.
+// Benchmark helpers: timing, number formatting, the weight-file page line, random prompts, decode
+// bytes and multiply-adds.
 #include "bench_util.h"
 
 #include <algorithm>
