@@ -157,6 +157,20 @@ TEST(CliErrors, BadSamplingFlags) {
   ExpectCliError(RunCli({"run", "-m", Orig(), "-p", "hi", "--lora", "audio"}), {"--lora", "'audio'"});
 }
 
+TEST(CliErrors, BadBenchConcurrencyFlags) {
+  const std::vector<std::string> bench = {"bench", "-m", Orig(), "-t", "1", "--prompt-tokens", "4", "--decode-tokens", "2",
+                                          "--vision-crops", "0"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = bench;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  ExpectCliError(RunCli(with({"--concurrency", "2", "--rounds", "0"})), {"--rounds >= 1"});
+  ExpectCliError(RunCli(with({"--concurrency", "2", "--rounds", "-3"})), {"--rounds >= 1"});
+  ExpectCliError(RunCli(with({"--concurrency", "0"})), {"--concurrency", "'0'"});
+  ExpectCliError(RunCli(with({"--concurrency", "2,x"})), {"--concurrency", "'2,x'"});
+}
+
 TEST(CliErrors, BadIdsAndExportFlags) {
   ExpectCliError(RunCli({"run", "-m", Orig(), "--ids", "1,x,3"}), {"--ids", "'x'"});
   ExpectCliError(RunCli({"run", "-m", Orig(), "--ids", "1,,3"}), {"--ids"});

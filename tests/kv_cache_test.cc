@@ -173,14 +173,20 @@ TEST(BenchCommand, RunsOnTheTinyFixtureAndPrintsJson) {
 TEST(BenchCommand, ConcurrencyStepProfileAddsUpInItsJson) {
   const std::string out = test::TempDir("bench_concurrency") + "/out.txt";
   const std::string cmd = std::string(PHI4MM_CLI_PATH) + " bench -m " + test::FixturePath("tiny/orig") +
-                          " --concurrency 1,3 --prompt-tokens 8 --decode-tokens 5 --vision-crops 0 --rounds 1"
+                          " --concurrency 3,1,3 --prompt-tokens 8 --decode-tokens 5 --vision-crops 0 --rounds 2"
                           " --step-profile --json > " + out;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const std::string text = test::ReadFile(out);
   const size_t at = text.find("\n{");  // the table, then the JSON
   ASSERT_NE(at, std::string::npos) << text;
   const nlohmann::json j = nlohmann::json::parse(text.substr(at + 1));
-  ASSERT_EQ(j["runs"].size(), 3u);  // 1 stream, 3 streams, 3 mixed
+  // The stream counts sorted and deduplicated: 1 stream, 3 streams, 3 mixed.
+  ASSERT_EQ(j["runs"].size(), 3u);
+  EXPECT_EQ(j["runs"][0]["streams"], 1);
+  EXPECT_EQ(j["runs"][1]["streams"], 3);
+  EXPECT_EQ(j["runs"][1]["lora"], "none");
+  EXPECT_EQ(j["runs"][2]["lora"], "mixed");
+  EXPECT_DOUBLE_EQ(j["runs"][0]["ratio_to_one_stream"].get<double>(), 1.0);
   for (const auto& run : j["runs"]) {
     ASSERT_TRUE(run.contains("step_profile_ms")) << run.dump();
     const auto& p = run["step_profile_ms"];

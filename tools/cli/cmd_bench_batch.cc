@@ -297,8 +297,9 @@ int BatchBenchCommand(const BenchFlags& f) {
   ns.push_back(1);  // the baseline
   std::sort(ns.begin(), ns.end());
   ns.erase(std::unique(ns.begin(), ns.end()), ns.end());
-  if (f.prompt_tokens < 1 || f.decode_tokens < 2 || f.prefill_chunk < 1)
-    return ReportError(InvalidArgument("--prompt-tokens must be >= 1, --decode-tokens >= 2, --prefill-chunk >= 1"));
+  if (f.prompt_tokens < 1 || f.decode_tokens < 2 || f.prefill_chunk < 1 || f.rounds < 1)
+    return ReportError(
+        InvalidArgument("--prompt-tokens must be >= 1, --decode-tokens >= 2, --prefill-chunk >= 1, --rounds >= 1"));
   nlohmann::json j;
   MachinePeaks peaks;
   {

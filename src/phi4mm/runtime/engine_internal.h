@@ -81,6 +81,10 @@ struct State {
   std::vector<std::unique_ptr<Seq>> running;
   DecoderScratch scratch;
   std::vector<float> embeds, hidden, logits;
+  // While a step delivers its tokens, the requests it completes are told so only after the step's
+  // counters are in (so a caller that waits for its answers and then reads stats() sees the step).
+  bool defer_done = false;
+  std::vector<std::shared_ptr<RequestHandle::Shared>> done_later;
   std::thread thread;
 };
 

@@ -53,8 +53,23 @@ void Complete(State& st, Seq& s, FinishReason reason, Status status = Status::Ok
   std::lock_guard<std::mutex> l(s.shared->mu);
   s.shared->status = std::move(status);
   s.shared->result = s.result;
+  if (st.defer_done) {
+    st.done_later.push_back(s.shared);
+    return;
+  }
   s.shared->done = true;
   s.shared->cv.notify_all();
+}
+
+// Tells the requests whose completion a step deferred (State::defer_done) that they are done.
+void ReleaseDone(State& st) {
+  st.defer_done = false;
+  for (const auto& shared : st.done_later) {
+    std::lock_guard<std::mutex> l(shared->mu);
+    shared->done = true;
+    shared->cv.notify_all();
+  }
+  st.done_later.clear();
 }
 
 // Queues the encoder runs this request still needs for positions >= from: media without features,
@@ -303,29 +318,33 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   }
   const Clock::time_point t1 = profile ? Clock::now() : Clock::time_point{};
   li = 0;
+  st.defer_done = true;  // answered after the counters below
   for (const Rows& r : rows) {
     if (!r.logits || r.s->finished) continue;
     OnLogits(m, st, *r.s, st.logits.data() + li * V, V);
     ++li;
   }
-  std::lock_guard<std::mutex> l(st.mu);
-  if (profile) {
-    EngineStats::DecodeProfile& p = st.counters.decode_profile;
-    auto secs = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
-    ++p.steps;
-    p.rows += R;
-    p.decoder += times;
-    p.outside_layers += secs(ts - t0) - times.sum();
-    p.lm_head += secs(t1 - ts);
-    p.sampling += secs(Clock::now() - t1);
+  {
+    std::lock_guard<std::mutex> l(st.mu);
+    if (profile) {
+      EngineStats::DecodeProfile& p = st.counters.decode_profile;
+      auto secs = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+      ++p.steps;
+      p.rows += R;
+      p.decoder += times;
+      p.outside_layers += secs(ts - t0) - times.sum();
+      p.lm_head += secs(t1 - ts);
+      p.sampling += secs(Clock::now() - t1);
+    }
+    ++st.counters.steps;
+    st.counters.batch_rows += R;
+    for (size_t i = 0; i < mode_rows.size(); ++i) st.counters.rows_by_mode[i] += mode_rows[i];
+    const auto& bounds = EngineStats::kStepRowBounds;
+    st.counters.step_rows[static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), R) - bounds.begin())] += 1;
+    st.counters.prefill_rows += prefill;
+    st.counters.decode_rows += R - prefill;
   }
-  ++st.counters.steps;
-  st.counters.batch_rows += R;
-  for (size_t i = 0; i < mode_rows.size(); ++i) st.counters.rows_by_mode[i] += mode_rows[i];
-  const auto& bounds = EngineStats::kStepRowBounds;
-  st.counters.step_rows[static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), R) - bounds.begin())] += 1;
-  st.counters.prefill_rows += prefill;
-  st.counters.decode_rows += R - prefill;
+  ReleaseDone(st);
   return true;
 }
 
