@@ -21,8 +21,6 @@
 #include <tuple>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "phi4mm/base/half.h"
 #include "phi4mm/base/huge_pages.h"
 #include "phi4mm/kernels/weight_matrix.h"
@@ -128,17 +126,9 @@ BENCHMARK(BM_MatMul)->Name("EncoderGemm")->Apply(EncoderShapes)->UseRealTime()->
 // pages, as the memory-mapped weights and the buffers converted at load do.
 WeightMatrix ColdCopy(const WeightMatrix& w) {
   static std::deque<std::shared_ptr<uint8_t[]>> stores;
-  const size_t n = w.bytes();
-  const size_t len = (n + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-  uint8_t* p = n >= kHugePageBytes ? static_cast<uint8_t*>(MapHugeAligned(len, -1)) : nullptr;
-  if (p != nullptr) {
-    AdviseHugePages(p, len);
-    stores.emplace_back(p, [len](uint8_t* q) { munmap(q, len); });
-  } else {
-    p = stores.emplace_back(new uint8_t[n == 0 ? 1 : n]).get();
-  }
-  std::memcpy(p, w.data(), n);
-  return *WeightMatrix::FromStorage(w.format(), p, n, w.rows(), w.cols());
+  uint8_t* p = stores.emplace_back(AllocateHugeAligned(w.bytes())).get();
+  std::memcpy(p, w.data(), w.bytes());
+  return *WeightMatrix::FromStorage(w.format(), p, w.bytes(), w.rows(), w.cols());
 }
 
 // Decode as it runs on the full model: the weights do not fit in the last-level cache, so the GEMV

@@ -1,7 +1,8 @@
 // FileMap: a file of 2 MiB and more is mapped at a 2 MiB boundary (so its huge page-cache folios
 // can be mapped whole) and reads back byte for byte, smaller and empty files map as before, and
-// missing files and directories give clear errors. MapHugeAligned's anonymous memory (the weight
-// buffers converted at load) is aligned, zeroed and writable; the process-memory figures see it.
+// missing files and directories give clear errors. MapHugeAligned's anonymous memory and
+// AllocateHugeAligned's buffers (the weights converted at load) are aligned, zeroed and writable;
+// the process-memory figures see them.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -94,6 +95,21 @@ TEST(HugePages, AnonymousMemoryIsAlignedZeroedAndWritable) {
     EXPECT_GE(PeakResidentBytes(), static_cast<int64_t>(size));
   }
   EXPECT_EQ(munmap(p, size), 0);
+}
+
+TEST(HugePages, AllocatedBuffersAreZeroedAndLargeOnesAligned) {
+  for (size_t bytes : {size_t{0}, size_t{100}, kHugePageBytes + 12345}) {
+    std::shared_ptr<uint8_t[]> b = AllocateHugeAligned(bytes);
+    ASSERT_NE(b, nullptr);
+    if (bytes >= kHugePageBytes) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(b.get()) % kHugePageBytes, 0u);
+    }
+    for (size_t i = 0; i < bytes; i += 997) ASSERT_EQ(b[i], 0) << bytes << " " << i;
+    if (bytes > 0) {
+      b[bytes - 1] = 7;
+      EXPECT_EQ(b[bytes - 1], 7);
+    }
+  }
 }
 
 TEST(ProcessMemory, MappedFilePagesCountAMappedFile) {

@@ -1,4 +1,5 @@
-// MapHugeAligned and AdviseHugePages (POSIX mmap; the advice only where MADV_HUGEPAGE exists).
+// MapHugeAligned, AdviseHugePages and AllocateHugeAligned (POSIX mmap; the advice only where
+// MADV_HUGEPAGE exists).
 #include "phi4mm/base/huge_pages.h"
 
 #include <sys/mman.h>
@@ -38,6 +39,15 @@ void AdviseHugePages(void* p, size_t size) {
   (void)p;
   (void)size;
 #endif
+}
+
+std::shared_ptr<uint8_t[]> AllocateHugeAligned(size_t bytes) {
+  const size_t len = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  if (void* p = bytes >= kHugePageBytes ? MapHugeAligned(len, -1) : nullptr) {
+    AdviseHugePages(p, len);
+    return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p), [len](uint8_t* q) { ::munmap(q, len); });
+  }
+  return std::shared_ptr<uint8_t[]>(new uint8_t[bytes == 0 ? 1 : bytes]());
 }
 
 }  // namespace phi4mm

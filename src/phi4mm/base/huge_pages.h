@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
 namespace phi4mm {
 
@@ -21,5 +23,9 @@ void* MapHugeAligned(size_t size, int fd);
 // when it can (anonymous memory; file pages on kernels with large folios for the filesystem).
 // A hint: failure changes nothing.
 void AdviseHugePages(void* p, size_t size);
+
+// Zero-initialised owned storage of `bytes`: whole 2 MiB pages at a 2 MiB boundary with huge pages
+// advised when it is 2 MiB or more, else (or when the system refuses the mapping) from the heap.
+std::shared_ptr<uint8_t[]> AllocateHugeAligned(size_t bytes);
 
 }  // namespace phi4mm

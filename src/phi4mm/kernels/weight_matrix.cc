@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include <sys/mman.h>
-
 #include "phi4mm/base/half.h"
 #include "phi4mm/base/huge_pages.h"
 #include "phi4mm/kernels/quant.h"
@@ -62,17 +60,6 @@ float DotF32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-std::shared_ptr<uint8_t[]> WeightMatrix::Allocate(size_t bytes) {
-  // Whole 2 MiB pages at a 2 MiB boundary, so the converted weights decode reads every token can
-  // sit in huge pages; small buffers and systems that refuse come from the heap.
-  const size_t len = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-  if (void* p = bytes >= kHugePageBytes ? MapHugeAligned(len, -1) : nullptr) {
-    AdviseHugePages(p, len);
-    return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p), [len](uint8_t* q) { munmap(q, len); });
-  }
-  return std::shared_ptr<uint8_t[]>(new uint8_t[bytes == 0 ? 1 : bytes]());
-}
-
 size_t WeightMatrix::RowBytesOf(WeightFormat f, int64_t cols) {
   switch (f) {
     case WeightFormat::kF32: return static_cast<size_t>(cols) * 4;
@@ -121,7 +108,7 @@ void WeightMatrix::ViewOrCopy(const void* data, size_t alignment) {
     data_ = data;
     return;
   }
-  owned_ = Allocate(bytes());
+  owned_ = AllocateHugeAligned(bytes());
   std::memcpy(owned_.get(), data, bytes());
   data_ = owned_.get();
 }
@@ -132,7 +119,7 @@ WeightMatrix WeightMatrix::FromF32(std::vector<float> values, int64_t rows, int6
   w.cols_ = cols;
   w.format_ = WeightFormat::kF32;
   w.row_bytes_ = RowBytesOf(w.format_, cols);
-  w.owned_ = Allocate(values.size() * sizeof(float));
+  w.owned_ = AllocateHugeAligned(values.size() * sizeof(float));
   std::memcpy(w.owned_.get(), values.data(), values.size() * sizeof(float));
   w.data_ = w.owned_.get();
   return w;
@@ -145,7 +132,7 @@ Result<WeightMatrix> WeightMatrix::Quantize(WeightFormat target, ThreadPool* poo
   q.rows_ = rows_;
   q.cols_ = cols_;
   q.row_bytes_ = RowBytesOf(target, cols_);
-  q.owned_ = Allocate(q.bytes());
+  q.owned_ = AllocateHugeAligned(q.bytes());
   q.data_ = q.owned_.get();
   uint8_t* dst = q.owned_.get();
   auto body = [&](int64_t b, int64_t e) {

@@ -77,10 +77,6 @@ class WeightMatrix {
   int64_t rows_ = 0, cols_ = 0;
   size_t row_bytes_ = 0;
   const void* data_ = nullptr;
-  // Zero-initialised owned storage of `bytes`; buffers of 2 MiB and more are mapped on huge pages
-  // where the kernel allows it (decode streams every weight once per token, and 4 KiB pages stop
-  // the hardware prefetchers at every page boundary).
-  static std::shared_ptr<uint8_t[]> Allocate(size_t bytes);
   // Points at `data` when it is `alignment`-aligned, else at an owned copy of bytes() of it.
   void ViewOrCopy(const void* data, size_t alignment);
 
