@@ -35,13 +35,13 @@ constexpr int64_t kChunks = 2;
 // the same-top floor 2 points (about two standard errors of this sample) under the lower of them.
 // The headroom is for the other kernel tables (scalar, AVX2, NEON round differently), not for
 // regressions. Measured (docs/quant-quality.md, "The tests"): q8 mean KLD 0.000077-0.000111, 99%
-// KLD 0.00036-0.00070, same top 98.03-99.21%; q4 (searched sub-block scales) mean KLD
-// 0.00094-0.00118, 99% KLD 0.0080-0.0104, same top 96.06-98.03%.
+// KLD 0.00036-0.00070, same top 98.03-99.21%; q4 (searched sub-block scales, Q4_K adapters) mean
+// KLD 0.00095-0.00118, 99% KLD 0.0057-0.0112, same top 96.85-98.03%.
 constexpr double kQ8MaxMeanKld = 0.00017;
 constexpr double kQ8MaxP99Kld = 0.00105;
 constexpr double kQ8MinSameTop = 0.96;
 constexpr double kQ4MaxMeanKld = 0.0018;
-constexpr double kQ4MaxP99Kld = 0.016;
+constexpr double kQ4MaxP99Kld = 0.017;
 constexpr double kQ4MinSameTop = 0.94;
 // q4m, the same rule: mean KLD 0.00043-0.00061, 99% KLD 0.0024-0.0045, same top 96.85-98.03%.
 constexpr double kQ4MMaxMeanKld = 0.0009;
@@ -161,8 +161,8 @@ TEST_P(TrainedQuantQuality, Q4KlDivergenceAndTopTokenWithinMeasuredBounds) {
   for (LoraMode mode : {LoraMode::kVision, LoraMode::kSpeech}) {
     const LoraAdapter* ad = model->decoder().layers()[0].down.adapter(mode);
     ASSERT_NE(ad, nullptr);
-    EXPECT_EQ(ad->a.format(), WeightFormat::kQ8_0);
-    EXPECT_EQ(ad->b.format(), WeightFormat::kQ8_0);
+    EXPECT_EQ(ad->a.format(), WeightFormat::kQ4K);
+    EXPECT_EQ(ad->b.format(), WeightFormat::kQ4K);
   }
   const KlSummary q4 = Score(QuantMode::kQ4, GetParam());
   EXPECT_LE(q4.kld.mean, kQ4MaxMeanKld);

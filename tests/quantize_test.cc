@@ -163,6 +163,34 @@ TEST(Quantize, OtherModeIsAnErrorNamingTheFolderMode) {
   EXPECT_NE(msg.find("q8_0 was requested"), std::string::npos) << msg;
 }
 
+// A folder an earlier phi4mm wrote under q4 holds 8-bit adapters (today's q4 stores them as Q4_K): loaded
+// with --quant q4, its own mode, it runs as stored; another mode is still refused. The old folder is
+// made by labelling a q4m conversion (8-bit adapters) as q4.
+TEST(Quantize, OwnModeKeepsTensorsAnEarlierPolicyStored) {
+  const std::string in = test::FixturePath("tiny/native");
+  ConversionLog log;
+  LoadOptions opts{2, QuantMode::kQ4M};
+  opts.conversion_log = &log;
+  auto q4m = Model::Load(in, opts);
+  ASSERT_TRUE(q4m.ok()) << q4m.status().ToString();
+  ASSERT_TRUE((*q4m)->vision().ok());
+  ASSERT_TRUE((*q4m)->speech().ok());
+  const std::string old_q4 = Temp("quantized_old_q4");
+  ASSERT_TRUE(WritePrequantizedCheckpoint((*q4m)->checkpoint(), log, "q4", old_q4).ok());
+
+  auto own = Load(old_q4, QuantMode::kQ4);
+  ASSERT_NE(own, nullptr);
+  const LoraAdapter* ad = own->decoder().layers()[0].qkv.adapter(LoraMode::kVision);
+  ASSERT_NE(ad, nullptr);
+  EXPECT_EQ(ad->a.format(), WeightFormat::kQ8_0);
+  EXPECT_EQ(ad->b.format(), WeightFormat::kQ8_0);
+  EXPECT_TRUE(Logits(own, 1) == Logits(Load(old_q4, QuantMode::kNone), 1));
+
+  auto other = Model::Load(old_q4, LoadOptions{1, QuantMode::kQ8});
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().ToString().find("--quant q4 "), std::string::npos) << other.status().ToString();
+}
+
 TEST(Quantize, QuantizingAQuantizedFolderAgainCopiesIt) {
   const std::string again = Temp("quantized_again");
   Status st = Quantize(QuantizedQ4("orig"), again, QuantMode::kQ4);

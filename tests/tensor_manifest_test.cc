@@ -71,17 +71,23 @@ TEST(ManifestTest, QuantPolicy) {
   EXPECT_EQ(FormatFor(TensorRole::kDecoderLinear, QuantMode::kQ8), WeightFormat::kQ8_0);
   EXPECT_EQ(FormatFor(TensorRole::kEmbeddingTable, QuantMode::kQ4), WeightFormat::kQ8_0);
   EXPECT_EQ(FormatFor(TensorRole::kLmHead, QuantMode::kBF16), WeightFormat::kBF16);
-  EXPECT_EQ(FormatFor(TensorRole::kLoraA, QuantMode::kQ4), WeightFormat::kQ8_0);
+  EXPECT_EQ(FormatFor(TensorRole::kLoraA, QuantMode::kQ4), WeightFormat::kQ4K);
+  EXPECT_EQ(FormatFor(TensorRole::kLoraB, QuantMode::kQ4), WeightFormat::kQ4K);
+  EXPECT_EQ(FormatFor(TensorRole::kLoraA, QuantMode::kQ4M), WeightFormat::kQ8_0);
+  EXPECT_EQ(FormatFor(TensorRole::kLoraB, QuantMode::kQ4M), WeightFormat::kQ8_0);
+  EXPECT_EQ(FormatFor(TensorRole::kLoraA, QuantMode::kQ8), WeightFormat::kBF16);
   EXPECT_EQ(FormatFor(TensorRole::kLoraB, QuantMode::kQ8), WeightFormat::kBF16);
+  EXPECT_FALSE(FormatFor(TensorRole::kLoraA, QuantMode::kNone).has_value());
   EXPECT_EQ(FormatFor(TensorRole::kLoraA, QuantMode::kBF16), WeightFormat::kBF16);
   EXPECT_EQ(FormatFor(TensorRole::kEncoderLinear, QuantMode::kQ4), WeightFormat::kQ8_0);
   for (QuantMode q : {QuantMode::kNone, QuantMode::kBF16, QuantMode::kQ8, QuantMode::kQ4, QuantMode::kQ4M}) {
     EXPECT_FALSE(FormatFor(TensorRole::kParameter, q).has_value());
     EXPECT_FALSE(FormatFor(TensorRole::kUnused, q).has_value());
   }
-  // q4m is q4 for every role; only DecoderLinearFormat tells its projections apart.
+  // q4m is q4 for every role but the adapters (8-bit in q4m, above); DecoderLinearFormat tells its
+  // projections apart.
   for (TensorRole r : {TensorRole::kDecoderLinear, TensorRole::kEmbeddingTable, TensorRole::kLmHead,
-                       TensorRole::kLoraA, TensorRole::kLoraB, TensorRole::kEncoderLinear})
+                       TensorRole::kEncoderLinear})
     EXPECT_EQ(FormatFor(r, QuantMode::kQ4M), FormatFor(r, QuantMode::kQ4)) << TensorRoleName(r);
 }
 

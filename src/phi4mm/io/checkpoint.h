@@ -14,6 +14,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "phi4mm/io/model_config.h"
@@ -51,6 +52,12 @@ class Checkpoint {
   // While set (phi4mm quantize), LoadWeight records every conversion into `log` (not owned).
   void set_conversion_log(ConversionLog* log) { conversion_log_ = log; }
   ConversionLog* conversion_log() const { return conversion_log_; }
+  // The quant mode the folder is being loaded in (a QuantModeName; "none" = as stored). A
+  // pre-quantized tensor whose format differs from what that mode asks for today is kept as stored
+  // when this is the folder's own mode (an earlier phi4mm wrote it with another per-tensor policy,
+  // e.g. 8-bit LoRA adapters under q4), and refused otherwise.
+  void set_load_mode(std::string mode) { load_mode_ = std::move(mode); }
+  const std::string& load_mode() const { return load_mode_; }
 
  private:
   Status AddFile(const std::string& path, const std::string& adapter);
@@ -59,6 +66,7 @@ class Checkpoint {
   CheckpointLayout layout_ = CheckpointLayout::kNative;
   std::string prequantized_;
   ConversionLog* conversion_log_ = nullptr;
+  std::string load_mode_;
   std::vector<SafetensorsFile> files_;
   std::vector<std::string> file_adapters_;
   std::map<std::string, TensorView> tensors_;

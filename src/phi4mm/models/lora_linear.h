@@ -1,7 +1,7 @@
 // A bias-free linear layer with optional per-modality LoRA adapters, as PEFT's lora.Linear
 // computes it (reference-spec §6.2): y = W·x + (B·(A·x)) · (alpha / r), with at most one adapter
-// active (chosen by LoraMode). The base matrix may be converted at load (bf16, Q8_0, Q4_K); the
-// low-rank adapters follow it (bf16 with bf16 and Q8_0, Q8_0 under Q4_K: the manifest's
+// active (chosen by LoraMode). The base matrix may be converted at load (bf16, Q8_0, Q4_K), and
+// the low-rank adapters too (bf16 under bf16 and q8, Q4_K under q4, Q8_0 under q4m: the manifest's
 // FormatFor). Weights are immutable and shared; scratch comes from the caller.
 #pragma once
 

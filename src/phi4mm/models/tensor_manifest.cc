@@ -53,12 +53,15 @@ std::optional<WeightFormat> FormatFor(TensorRole role, QuantMode quant) {
     case TensorRole::kEmbeddingTable:
     case TensorRole::kLmHead: return EmbeddingFormat(quant);
     case TensorRole::kLoraA:
-    case TensorRole::kLoraB: {
-      const std::optional<WeightFormat> base = LinearFormat(quant);
-      if (base == WeightFormat::kQ4K) return WeightFormat::kQ8_0;
-      if (base == WeightFormat::kQ8_0) return WeightFormat::kBF16;
-      return base;
-    }
+    case TensorRole::kLoraB:
+      switch (quant) {
+        case QuantMode::kNone: return std::nullopt;
+        case QuantMode::kBF16:
+        case QuantMode::kQ8: return WeightFormat::kBF16;
+        case QuantMode::kQ4: return WeightFormat::kQ4K;
+        case QuantMode::kQ4M: return WeightFormat::kQ8_0;
+      }
+      return std::nullopt;
     case TensorRole::kEncoderLinear:
       switch (quant) {
         case QuantMode::kNone: return std::nullopt;

@@ -77,8 +77,10 @@ StoredName StoredNameIn(const TensorSpec& spec, CheckpointLayout layout);
 
 // The quantization policy: the format `quant` converts a tensor of `role` to at load and in
 // `phi4mm quantize` (std::nullopt = kept as stored). Decoder linears take LinearFormat(quant),
-// the embedding / lm_head EmbeddingFormat(quant); LoRA adapters bf16 under q8 and Q8_0 under q4
-// (the rank-r intermediate is too narrow for 4 bits; docs/benchmarks.md); vision encoder layers
+// the embedding / lm_head EmbeddingFormat(quant); LoRA adapters bf16 under bf16 and q8, Q4_K under
+// q4 (a batch mixing the three modes reads both adapters every step: 4 bits keep that near a
+// text-only step, docs/benchmarks.md; a rank that is not a multiple of 256 pads its B rows' last
+// block) and Q8_0 under q4m (docs/quant-quality.md measures both); vision encoder layers
 // bf16 under bf16 and Q8_0 under q8 and q4 (compute-bound GEMMs; tests/vision_quant_test.cc), and
 // the speech encoder's linears the same (tests/speech_quant_test.cc);
 // everything else as stored.

@@ -15,7 +15,7 @@ std::optional<WeightFormat> WeightFormatFromName(const std::string& name) {
 }
 
 // A tensor `phi4mm quantize` stored in a weight format: a view of its rows, when that is the format
-// asked for (or none is).
+// asked for, none is, or the folder is loaded in the mode it was written with (Checkpoint::load_mode).
 Result<WeightMatrix> LoadPacked(const Checkpoint& ckpt, const std::string& name, const TensorView& t, int64_t rows,
                                 int64_t cols, std::optional<WeightFormat> format) {
   const std::string what = "pre-quantized tensor '" + ckpt.SourceName(name) + "' in '" + t.file + "'";
@@ -26,7 +26,7 @@ Result<WeightMatrix> LoadPacked(const Checkpoint& ckpt, const std::string& name,
   if (t.packed->rows != rows || t.packed->cols != cols)
     return DataLoss(what + " holds a " + std::to_string(t.packed->rows) + "x" + std::to_string(t.packed->cols) +
                     " matrix but the model needs " + std::to_string(rows) + "x" + std::to_string(cols));
-  if (format && *format != *stored) {
+  if (format && *format != *stored && ckpt.load_mode() != ckpt.prequantized()) {
     const std::string mode = ckpt.prequantized().empty() ? std::string("?") : ckpt.prequantized();
     return InvalidArgument(what + " is stored as " + WeightFormatName(*stored) + " (the folder was written by `phi4mm quantize --quant " +
                            mode + "`) but " + WeightFormatName(*format) +

@@ -16,6 +16,7 @@ Result<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const L
   PHI4MM_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(dir, m->config_.layout));
   m->checkpoint_ = std::make_unique<Checkpoint>(std::move(ckpt));
   m->checkpoint_->set_conversion_log(opts.conversion_log);
+  m->checkpoint_->set_load_mode(QuantModeName(opts.quant));
   m->pool_ = std::make_unique<ThreadPool>(opts.num_threads);
   m->quant_ = opts.quant;
   PHI4MM_ASSIGN_OR_RETURN(TokenEmbedding emb,

@@ -23,9 +23,9 @@ namespace phi4mm {
 
 struct LoadOptions {
   int num_threads = 0;  // 0 = one per core
-  // Weight format of the decoder and the embedding / lm_head (kNone: as stored), and of the vision
-  // encoder's layers (VisionModel::EncoderLinearFormat: Q8_0 under q8 and q4). The speech part
-  // keeps its stored formats for now.
+  // Weight formats (kNone: as stored): the decoder, its LoRA adapters and the embedding / lm_head,
+  // the vision encoder's layers and the speech encoder's linears, by the manifest's policy
+  // (models/tensor_manifest.h, FormatFor). A pre-quantized folder loads as stored in its own mode.
   QuantMode quant = QuantMode::kNone;
   // Element type of the sessions' KV caches. Unset: float32 when the weights run as stored (the
   // reference-exact mode; f16 moves the tiny fixture's logits by ~1.6e-3 relative, past the 1e-4
