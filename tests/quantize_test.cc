@@ -43,8 +43,9 @@ class RemoveTempDirs : public ::testing::Environment {
 };
 const auto* const kRemoveTempDirs = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
 
-// What `phi4mm quantize` does: load every part converted, then write what was converted.
-Status Quantize(const std::string& in, const std::string& out, QuantMode mode) {
+// What `phi4mm quantize` does: load every part converted, then write what was converted, marked as
+// written in mode `label` (default: `mode`'s own name).
+Status Quantize(const std::string& in, const std::string& out, QuantMode mode, const char* label = nullptr) {
   ConversionLog log;
   LoadOptions opts;
   opts.num_threads = 2;
@@ -53,7 +54,7 @@ Status Quantize(const std::string& in, const std::string& out, QuantMode mode) {
   PHI4MM_ASSIGN_OR_RETURN(auto model, Model::Load(in, opts));
   PHI4MM_RETURN_IF_ERROR(model->vision().status());
   PHI4MM_RETURN_IF_ERROR(model->speech().status());
-  return WritePrequantizedCheckpoint(model->checkpoint(), log, QuantModeName(mode), out).status();
+  return WritePrequantizedCheckpoint(model->checkpoint(), log, label ? label : QuantModeName(mode), out).status();
 }
 
 std::shared_ptr<const Model> Load(const std::string& dir, QuantMode mode, ConversionLog* log = nullptr) {
@@ -167,16 +168,9 @@ TEST(Quantize, OtherModeIsAnErrorNamingTheFolderMode) {
 // with --quant q4, its own mode, it runs as stored; another mode is still refused. The old folder is
 // made by labelling a q4m conversion (8-bit adapters) as q4.
 TEST(Quantize, OwnModeKeepsTensorsAnEarlierPolicyStored) {
-  const std::string in = test::FixturePath("tiny/native");
-  ConversionLog log;
-  LoadOptions opts{2, QuantMode::kQ4M};
-  opts.conversion_log = &log;
-  auto q4m = Model::Load(in, opts);
-  ASSERT_TRUE(q4m.ok()) << q4m.status().ToString();
-  ASSERT_TRUE((*q4m)->vision().ok());
-  ASSERT_TRUE((*q4m)->speech().ok());
   const std::string old_q4 = Temp("quantized_old_q4");
-  ASSERT_TRUE(WritePrequantizedCheckpoint((*q4m)->checkpoint(), log, "q4", old_q4).ok());
+  Status st = Quantize(test::FixturePath("tiny/native"), old_q4, QuantMode::kQ4M, "q4");
+  ASSERT_TRUE(st.ok()) << st.ToString();
 
   auto own = Load(old_q4, QuantMode::kQ4);
   ASSERT_NE(own, nullptr);
