@@ -5,10 +5,10 @@
 // int8 activations and adds each group of 4 products straight into the int32 lane of its
 // sub-block, one instruction per 32 multiply-adds (AVX2 needs maddubs plus an int16 add). With 32
 // ymm registers a tile holds up to 8 activation rows, so a batched decode step of 8 sequences
-// unpacks each weight row once. The Q8_0 tile works on two blocks per zmm over activations
+// unpacks each weight row once. The Q8_0 tile works on four blocks per zmm over activations
 // repacked for it (pack_a8). The float formats and the activation quantizers are the AVX2 table's.
-// The zmm table (CPUs with full-rate 512-bit vpdpbusd) replaces both integer tiles: Q4_K with
-// two blocks per zmm, Q8_0 with four, each over activations packed for it.
+// The zmm table (CPUs with full-rate 512-bit vpdpbusd) replaces the Q4_K tile with one that holds
+// two blocks per zmm, over activations packed for it; the two tables share the Q8_0 tile.
 #include <immintrin.h>
 
 #include <cstring>
@@ -121,42 +121,6 @@ struct Q4KVnniImpl {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-// Q8_0 x A8 with vpdpbusd, which multiplies unsigned by signed bytes: the activation bytes get
-// their sign bit flipped (a ^ 0x80 = a + 128, unsigned) and the extra 128 * sum(w) is subtracted up
-// front: per weight row and block the accumulator starts at -vpdpbusd(0, 128, w), so
-// vpdpbusd(start, a + 128, w) is exactly sum(w * a) in int32 lanes (at most 4 * 255 * 127 per
-// product group). The integer sums and the scale products are the AVX2 tile's.
-//
-// The tile's activation layout (MatMulKernels::pack_a8): per pair of A8 blocks (2p, 2p + 1), their
-// 64 bytes already flipped and their two scales broadcast to the two halves of a zmm, so an
-// activation row costs the tile two loads per pair. Packing once per matrix product took the
-// per-activation-row work (two 32-byte loads and an insert, the flip, two broadcasts and an
-// insert per pair) out of every weight-row tile: with A8 rows a two-block tile measured only ~9%
-// over one block per ymm (8 rows, 2x8), packed 21% (docs/benchmarks.md). An odd last block is
-// paired with a zero block (scale 0) that the tile never reads.
-struct A8Pair {
-  uint8_t qs[64];
-  float d[16];
-};
-static_assert(sizeof(A8Pair) == 128, "A8Pair must be 128 bytes");
-
-size_t PackedA8RowBytes(int64_t cols) { return static_cast<size_t>((Blocks8(cols) + 1) / 2) * sizeof(A8Pair); }
-
-void PackA8Pairs(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
-  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
-  A8Pair* o = reinterpret_cast<A8Pair*>(out);
-  const int64_t nb = Blocks8(cols);
-  for (int64_t p = 0; 2 * p < nb; ++p) {
-    for (int h = 0; h < 2; ++h) {
-      const int64_t blk = 2 * p + h;
-      const float d = blk < nb ? b[blk].d : 0.0f;
-      for (int k = 0; k < 32; ++k)
-        o[p].qs[32 * h + k] = static_cast<uint8_t>((blk < nb ? static_cast<uint8_t>(b[blk].qs[k]) : 0) ^ 0x80);
-      for (int k = 0; k < 8; ++k) o[p].d[8 * h + k] = d;
-    }
-  }
-}
-
 inline float HSum16(__m512 v) {
   return HSum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 }
@@ -167,87 +131,16 @@ inline __m512 Halves(float lo, float hi) {
       _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(lo)), _mm256_castps_pd(_mm256_set1_ps(hi)), 1));
 }
 
-// Two blocks per zmm (block b in lanes 0-7, b + 1 in lanes 8-15) over A8Pair activations: per
-// (weight row, activation row) one vpdpbusd, one convert, one scale product and one FMA per 64
-// multiply-adds, and nothing per activation row but two loads. The weight side (two 32-byte loads,
-// the sign-trick start, the two scales) is built once per weight row and pair. An odd last block
-// runs the same step on ymm into the low half. The float accumulation keeps even and odd blocks in
-// separate lanes until the end, the same way for every tile shape (so a row's result does not
-// depend on the batch).
-struct Q8x2VnniImpl {
-  template <int R, int N>
-  static void Run(const TileArgs& t) {
-    __m512 acc[R][N];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) acc[r][i] = _mm512_setzero_ps();
-    const BlockQ8_0* w[R];
-    const A8Pair* a[N];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const A8Pair*>(t.a + i * t.a_stride);
-    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    const int64_t nb = Blocks8(t.cols);
-    const TilePrefetch pf(t, R, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
-    int64_t p = 0;
-    for (; 2 * p + 2 <= nb; ++p) {
-      if (N == 1 || t.prefetch) pf.At(p);
-      const int64_t b = 2 * p;
-      __m512i wv[R], start[R];
-      __m512 dw[R];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        wv[r] = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs))),
-                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b + 1].qs)), 1);
-        start[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, wv[r]));
-        dw[r] = Halves(_cvtsh_ss(w[r][b].d), _cvtsh_ss(w[r][b + 1].d));
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) {
-        const __m512i au = _mm512_loadu_si512(a[i][p].qs);
-        const __m512 da = _mm512_loadu_ps(a[i][p].d);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m512i s = _mm512_dpbusd_epi32(start[r], au, wv[r]);
-          acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], da), acc[r][i]);
-        }
-      }
-    }
-    if (2 * p < nb) {
-      const int64_t b = 2 * p;
-      const __m256i flip8 = _mm256_set1_epi8(static_cast<char>(0x80));
-      __m256i wv[R], start[R];
-      __m256 dw[R];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs));
-        start[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), flip8, wv[r]));
-        dw[r] = _mm256_set1_ps(_cvtsh_ss(w[r][b].d));
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) {
-        const __m256i au = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i][p].qs));
-        const __m256 da = _mm256_loadu_ps(a[i][p].d);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start[r], au, wv[r])), _mm256_mul_ps(dw[r], da));
-          acc[r][i] = _mm512_add_ps(acc[r][i], _mm512_zextps256_ps512(v));
-        }
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) Store(t, r, i, HSum16(acc[r][i]));
-  }
-};
-
-// The zmm table's Q8_0 layout (MatMulKernels::pack_a8): per group of four A8 blocks, bytes 0-15
-// of the four blocks (block k at bytes 16k..16k+15), then their bytes 16-31 the same way, both
-// already flipped (a ^ 0x80), then each block's scale on its four int32 lanes. A missing last
-// block is a zero block with scale 0.
+// Q8_0 x A8 with vpdpbusd, which multiplies unsigned by signed bytes: the activation bytes get
+// their sign bit flipped (a ^ 0x80 = a + 128, unsigned) and the extra 128 * sum(w) is subtracted up
+// front: per weight row and four blocks the accumulator starts at -vpdpbusd(0, 128, w), so
+// vpdpbusd(start, a + 128, w) is exactly sum(w * a) in int32 lanes (at most 8 * 255 * 127 per lane).
+//
+// The tile's activation layout (MatMulKernels::pack_a8, both avx512 tables): per group of four A8
+// blocks, bytes 0-15 of the four blocks (block k at bytes 16k..16k+15), then their bytes 16-31 the
+// same way, both already flipped, then each block's scale on its four int32 lanes. A missing last
+// block is a zero block with scale 0. Packing once per matrix product takes the per-activation-row
+// work (loads, inserts, the flip, the scale broadcasts) out of every weight-row tile.
 struct A8Quad {
   uint8_t lo[64];
   uint8_t hi[64];
@@ -275,17 +168,20 @@ void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
 
 alignas(64) constexpr BlockQ8_0 kZeroQ8Block{};
 
-// Q8_0 x A8 with vpdpbusd on zmm, four blocks per register, for the zmm table (CPUs that run a
-// 512-bit vpdpbusd at the rate of a 256-bit one). Each weight vector holds the same half (bytes
-// 0-15 or 16-31) of four blocks, block k in lanes 4k..4k+3, so the two vpdpbusd of a (weight row,
-// activation row) leave each block's sum in its own four lanes and the float tail (convert, scale
-// product, FMA) runs once per four blocks: 2 vpdpbusd and 3 float
-// operations per 128 multiply-adds, against 2 and 6 for the two-block tile above, whose float tail
-// bounded it (~118 GMAC/s per thread on a Zen 5, a quarter of the zmm vpdpbusd peak). The weight
+// The Q8_0 tile of both avx512 tables: vpdpbusd on zmm, four blocks per register. Each weight
+// vector holds the same half (bytes 0-15 or 16-31) of four blocks, block k in lanes 4k..4k+3, so
+// the two vpdpbusd of a (weight row, activation row) leave each block's sum in its own four lanes
+// and the float tail (convert, scale product, FMA) runs once per four blocks: 2 vpdpbusd and 3
+// float operations per 128 multiply-adds. An earlier two-block tile (block b and b + 1 in the
+// halves of a zmm) spent 2 vpdpbusd and 6 float operations on the same work, and its float tail
+// bounded it: on a Zen 5 ~118 GMAC/s per thread at 8 rows, a quarter of the zmm vpdpbusd peak; on
+// a Zen 4, whose zmm operations take two passes through the 256-bit units, the float multiplies
+// and FMAs share the two pipes that run vpdpbusd, and the two-block tile ran 25-40% slower than
+// this one at 8 and 256 rows (docs/benchmarks.md), so the ymm table uses this tile too. The weight
 // side (four 16-byte loads and two inserts per vector, the sign-trick start, the four scales) is
 // built once per weight row and four blocks. Every (weight row, activation row) pair runs the same
 // steps whatever the tile shape, so a row's result does not depend on the batch.
-struct Q8QuadZmmImpl {
+struct Q8QuadVnniImpl {
   static __m512i LoadHalf(const BlockQ8_0* const (&blk)[4], int h) {
     const auto* p0 = reinterpret_cast<const __m128i*>(blk[0]->qs + 16 * h);
     const auto* p1 = reinterpret_cast<const __m128i*>(blk[1]->qs + 16 * h);
@@ -501,20 +397,20 @@ MatMulKernels MakeAvx512() {
   MatMulKernels k = quant_internal::Avx2Kernels();
   k.name = "avx512";
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl>;
-  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8x2VnniImpl>;
-  k.pack_a8 = &PackA8Pairs;
-  k.packed_a8_row_bytes = &PackedA8RowBytes;
+  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8QuadVnniImpl>;
+  k.pack_a8 = &PackA8Quads;
+  k.packed_a8_row_bytes = &PackedA8QuadRowBytes;
   // TileShape bench (1 thread, 16384x3072, n = 256; GMAC/s): 4x3 87, 3x3 83, 3x4 83, 4x4 79,
   // 2x4 71. GEMV: 4 rows 47, 2 rows 44, 1 row 40. A zmm variant (vpdpbusd on 64 positions, the
   // two halves folded per block) measured 79 at its best shape (4x4) and was dropped.
   // Batch (the 32 layers of the full-size q4 decoder, 8 rows, 2 threads, CPU ms per step): 2x8
   // 190, 3x4 in two passes 198, 4x3 in three 244, 4x4 in two 284 (it spills); 4 rows: all near 188.
   k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 4, 3, 2, 8};
-  // Q8_0 (the 200064x3072 lm_head, 2 threads, CPU ms): 8 rows 2x8 81, 3x4 89, the AVX2 tile's 2x4
-  // 128; 4 rows 3x4 60 against 68; 64 rows 3x4 940 against 998; one row 71 either way. The packed
-  // two-block tile then (TileShape, 1 thread, 16384x3072, GMAC/s): 8 rows 2x8 50.1 against 41.4,
-  // 4 rows 3x4 46.2 against 39.5, 256 rows 3x4 43.1 against 38.5, one row 22.5 against 23.7.
-  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {4, 3, 4, 2, 8};
+  // Q8_0, the four-block tile on a Zen 4 EPYC (TileShape, 1 thread, 16384x3072, GMAC/s, two
+  // rounds): 256 rows 3x4 79 / 82, 4x4 81 / 80, 2x4 79 / 79, 4x3 73 / 75; 8 rows 2x8 77 / 86, 4x4
+  // 70 / 80, 1x8 52 / 54. GEMV from memory (GemvCold, 2 threads, GB/s, three rounds): 2 rows per
+  // tile 28-33 on 16384x3072, 1 row 29-32, 4 rows 23-27.
+  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {2, 3, 4, 2, 8};
   return k;
 }
 
@@ -525,18 +421,16 @@ const MatMulKernels& quant_internal::Avx512ZmmKernels() {
     MatMulKernels z = MakeAvx512();
     z.name = "avx512zmm";
     z.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KPairImpl>;
-    z.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8QuadZmmImpl>;
-    z.pack_a8 = &PackA8Quads;
-    z.packed_a8_row_bytes = &PackedA8QuadRowBytes;
     z.pack_a8k = &PackA8KPairs;
     z.packed_a8k_row_bytes = &PackedA8KRowBytes;
     // TileShape bench on a Zen 5 EPYC (1 thread, 16384x3072, GMAC/s, two rounds; the ymm tile in
     // brackets): 256 rows 4x3 215 / 223 (130 / 143), 4x4 208 / 209, 3x3 189 / 179; 8 rows 4x4
     // 224 / 227 (147 / 143), 1x8 227 / 240, 2x8 223 / 211; one row, 2 rows per tile 94 / 87 (56).
     z.shape[static_cast<int>(WeightFormat::kQ4K)] = {2, 4, 3, 4, 4};
-    // Q8_0, four blocks per zmm (TileShape, 1 thread, 16384x3072, GMAC/s, best of 3; the two-block
-    // tile of the ymm table in brackets): 256 rows 3x4 134 (106), 4x4 131 (107), 2x4 112 (91);
-    // 8 rows 2x8 173 (117), 1x8 152 (93), 4x4 126 (114); one row 45 (46). The ymm table's shape.
+    // Q8_0 on a Zen 5 (TileShape, 1 thread, 16384x3072, GMAC/s, best of 3; the earlier two-block
+    // tile in brackets): 256 rows 3x4 134 (106), 4x4 131 (107), 2x4 112 (91); 8 rows 2x8 173
+    // (117), 1x8 152 (93), 4x4 126 (114); one row, 4 rows per tile, 45 (46).
+    z.shape[static_cast<int>(WeightFormat::kQ8_0)] = {4, 3, 4, 2, 8};
     return z;
   }();
   return k;
