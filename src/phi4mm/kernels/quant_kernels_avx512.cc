@@ -176,7 +176,7 @@ alignas(64) constexpr BlockQ8_0 kZeroQ8Block{};
 // halves of a zmm) spent 2 vpdpbusd and 6 float operations on the same work, and its float tail
 // bounded it: on a Zen 5 ~118 GMAC/s per thread at 8 rows, a quarter of the zmm vpdpbusd peak; on
 // a Zen 4, whose zmm operations take two passes through the 256-bit units, the float multiplies
-// and FMAs share the two pipes that run vpdpbusd, and the two-block tile ran 25-40% slower than
+// and FMAs share the two pipes that run vpdpbusd, and the two-block tile ran 20-30% slower than
 // this one at 8 and 256 rows (docs/benchmarks.md), so the ymm table uses this tile too. The weight
 // side (four 16-byte loads and two inserts per vector, the sign-trick start, the four scales) is
 // built once per weight row and four blocks. Every (weight row, activation row) pair runs the same
