@@ -17,6 +17,17 @@ namespace {
 // a later tile's bytes is prefetched: `step` bytes per At() call, at least ~12 KB ahead (two tiles
 // of short rows). The distance costs a division, so it is computed once per tile. Prefetches past
 // the end of the matrix are harmless (they never fault).
+//
+// The lines go to L2 on x86 (prefetcht1), to L1 on aarch64 (prfm pldl1keep). On a Zen 4 EPYC VM,
+// prefetcht0 (into L1) left the Q4_K GEMV reading at 13-26 GB/s from memory, prefetcht1 at 27-43,
+// on the same binary otherwise (GemvCold, docs/benchmarks.md); the Zen 5 VM read equally with
+// either. ARM was not measured, so it keeps what it had.
+#if defined(__aarch64__)
+inline constexpr int kPrefetchLocality = 3;
+#else
+inline constexpr int kPrefetchLocality = 2;
+#endif
+
 class TilePrefetch {
  public:
   TilePrefetch(const TileArgs& t, int R, int64_t step) : step_(step) {
@@ -26,7 +37,7 @@ class TilePrefetch {
   }
   void At(int64_t b) const {
     const char* p = base_ + b * step_;
-    for (int64_t o = 0; o < step_; o += 64) __builtin_prefetch(p + o, 0, 3);  // prefetcht0 / prfm pldl1keep
+    for (int64_t o = 0; o < step_; o += 64) __builtin_prefetch(p + o, 0, kPrefetchLocality);
   }
 
  private:
