@@ -408,8 +408,9 @@ MatMulKernels MakeAvx512() {
   k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 4, 3, 2, 8};
   // Q8_0, the four-block tile on a Zen 4 EPYC (TileShape, 1 thread, 16384x3072, GMAC/s, two
   // rounds): 256 rows 3x4 79 / 82, 4x4 81 / 80, 2x4 79 / 79, 4x3 73 / 75; 8 rows 2x8 77 / 86, 4x4
-  // 70 / 80, 1x8 52 / 54. GEMV from memory (GemvCold, 2 threads, GB/s, three rounds): 2 rows per
-  // tile 28-33 on 16384x3072, 1 row 29-32, 4 rows 23-27.
+  // 70 / 80, 1x8 52 / 54. GEMV from memory (GemvCold, 2 threads, GB/s, three rounds, measured while
+  // tile_prefetch.h still prefetched into L1): 2 rows per tile 28-33 on 16384x3072, 1 row 29-32,
+  // 4 rows 23-27. Not re-measured since the prefetch goes to L2 (where Q4_K read alike at 1-4 rows).
   k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {2, 3, 4, 2, 8};
   return k;
 }
