@@ -168,6 +168,21 @@ TEST(BenchCommand, RunsOnTheTinyFixtureAndPrintsJson) {
   EXPECT_GT(j["decode"]["ceiling_tok_per_s"].get<double>(), 0);
   EXPECT_EQ(j["lora"].size(), 3u);
   EXPECT_GT(j["memory"]["peak_rss_bytes"].get<int64_t>(), 0);
+  // The encoders' ceilings follow their linears' format: bf16 as stored, Q8_0 under --quant q8
+  // (int8 GEMMs, measured against the int8 peak, not the f32 one).
+  const std::string out8 = test::TempDir("bench") + "/out8.json";
+  const std::string cmd8 = std::string(PHI4MM_CLI_PATH) + " bench -m " + test::FixturePath("tiny/orig") +
+                           " --quant q8 --lora none --prompt-tokens 8 --decode-tokens 2 --audio-seconds 1 --json > " +
+                           out8;
+  ASSERT_EQ(std::system(cmd8.c_str()), 0) << cmd8;
+  const nlohmann::json j8 = nlohmann::json::parse(test::ReadFile(out8));
+  for (const auto& [run, format] : {std::pair{&j, "bf16"}, std::pair{&j8, "q8_0"}})
+    for (const char* part : {"vision", "audio"}) {
+      const nlohmann::json& p = (*run)[part];
+      EXPECT_EQ(p["linear_format"], format) << part;
+      EXPECT_GT(p["ratio"].get<double>(), 0) << part;
+      EXPECT_LE(p["ratio"].get<double>(), 1) << part << ": measured faster than its ceiling";
+    }
 }
 
 TEST(BenchCommand, ConcurrencyStepProfileAddsUpInItsJson) {

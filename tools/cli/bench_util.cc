@@ -63,7 +63,11 @@ double LinearMacsPerToken(const Decoder& dec) {
 }
 
 double ComputeCeilingGops(const Decoder& dec, const MachinePeaks& peaks) {
-  switch (dec.layers().front().gate_up.base().format()) {
+  return ComputeCeilingGops(dec.layers().front().gate_up.base().format(), peaks);
+}
+
+double ComputeCeilingGops(WeightFormat format, const MachinePeaks& peaks) {
+  switch (format) {
     case WeightFormat::kQ4K: return 2 * peaks.int8_gmac_per_s;
     case WeightFormat::kQ8_0: return 2 * peaks.int8_q8_gmac_per_s;
     default: return peaks.f32_gflop_per_s;

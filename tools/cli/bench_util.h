@@ -33,5 +33,7 @@ double LinearMacsPerToken(const Decoder& dec);
 // its MLP gate_up matrices: the int8 peak of the matching tile's instruction mix for Q4_K / Q8_0
 // (q4m keeps Q4_K there), the f32 FMA peak for float weights.
 double ComputeCeilingGops(const Decoder& dec, const MachinePeaks& peaks);
+// The same for GEMMs on weights of `format` (the encoders' linears).
+double ComputeCeilingGops(WeightFormat format, const MachinePeaks& peaks);
 
 }  // namespace phi4mm::cli

@@ -3,8 +3,8 @@
 // bandwidth, f32 FMA and int8 multiply-add peaks; kernels/machine_peaks.h) and prints every figure
 // next to its ceiling: prefill against FLOP per token ÷ compute peak, decode against the bytes a
 // token reads (the loaded matrices' real formats, lm_head, active LoRA adapters and KV cache) ÷
-// bandwidth, decode per LoRA mode against text-only, the vision encoder per 448² crop, the speech
-// encoder's real-time factor, load time, peak RSS and KV-cache size. Everything is warmed up once
+// bandwidth, decode per LoRA mode against text-only, the vision encoder per 448² crop and the speech
+// encoder's real-time factor (against the compute peak of their linears' format), load time, peak RSS and KV-cache size. Everything is warmed up once
 // before it is timed. A compact table by default, --json for machines.
 #include <sys/resource.h>
 
@@ -22,6 +22,7 @@
 #include "bench_util.h"
 #include "cli_common.h"
 #include "phi4mm/kernels/machine_peaks.h"
+#include "phi4mm/kernels/quant_kernels.h"
 
 namespace phi4mm::cli {
 
@@ -238,10 +239,16 @@ int BenchCommand(const BenchFlags& f) {
     const double patches = std::pow(static_cast<double>(v.crop_size / v.patch_size), 2);
     const int64_t layers = v.feature_layer < 0 ? v.num_hidden_layers + 1 + v.feature_layer : v.feature_layer;
     const double h = static_cast<double>(v.hidden_size);
-    const double flop_crop = layers * (2 * patches * (4 * h * h + 2 * h * v.intermediate_size) + 4 * patches * patches * h);
-    const double per_crop = vs / static_cast<double>(pi->num_crops), ceil = flop_crop / (peaks.f32_gflop_per_s * 1e9);
+    // The layers' linears run at the compute ceiling of their format (int8 for Q8_0 under q8 and
+    // q4), their attention products (4·P²·h) in f32.
+    const double linear_flop = layers * 2 * patches * (4 * h * h + 2 * h * v.intermediate_size);
+    const double attn_flop = layers * 4 * patches * patches * h, flop_crop = linear_flop + attn_flop;
+    const WeightFormat vfmt = (*vision)->linear_format();
+    const double ceil = linear_flop / (ComputeCeilingGops(vfmt, peaks) * 1e9) + attn_flop / (peaks.f32_gflop_per_s * 1e9);
+    const double per_crop = vs / static_cast<double>(pi->num_crops);
     j["vision"] = {{"crops", pi->num_crops},   {"load_seconds", vload},     {"seconds", vs},
                    {"seconds_per_crop", per_crop}, {"gflop_per_crop", flop_crop / 1e9},
+                   {"linear_format", WeightFormatName(vfmt)},
                    {"ceiling_seconds_per_crop", ceil}, {"ratio", ceil / per_crop}};
   }
 
@@ -275,10 +282,14 @@ int BenchCommand(const BenchFlags& f) {
     // attention projections and the conv module's pointwise layers (GLU [2D, D], two [D, D]): 8·D².
     const double macs_frame = a.num_blocks * (6 * dd * a.intermediate_size + 8 * dd * dd);
     const double frames_per_s = 100.0 / static_cast<double>(a.time_reduction);
-    const double ceil_rtf = 2 * macs_frame * frames_per_s / (peaks.f32_gflop_per_s * 1e9);
+    // At the compute ceiling of the linears' format (int8 for Q8_0 under q8 and q4).
+    const WeightFormat afmt = (*speech)->linear_format();
+    const double ceil_rtf = 2 * macs_frame * frames_per_s / (ComputeCeilingGops(afmt, peaks) * 1e9);
     const double rtf = timed.seconds / f.audio_seconds;
-    j["audio"] = {{"audio_seconds", f.audio_seconds}, {"load_seconds", sload},  {"seconds", timed.seconds},
-                  {"rtf", rtf},                       {"ceiling_rtf", ceil_rtf}, {"ratio", ceil_rtf / rtf}};
+    j["audio"] = {{"audio_seconds", f.audio_seconds}, {"load_seconds", sload},
+                  {"seconds", timed.seconds},         {"rtf", rtf},
+                  {"linear_format", WeightFormatName(afmt)},
+                  {"ceiling_rtf", ceil_rtf},          {"ratio", ceil_rtf / rtf}};
   }
 
   j["memory"] = {{"peak_rss_bytes", PeakResidentBytes()},

@@ -198,6 +198,10 @@ std::optional<WeightFormat> SpeechModel::EncoderLinearFormat(QuantMode quant) {
   return FormatFor(TensorRole::kEncoderLinear, quant);
 }
 
+WeightFormat SpeechModel::linear_format() const {
+  return w_->blocks.empty() ? w_->out.w.format() : w_->blocks.front().ff_in.gate_up.w.format();
+}
+
 Result<std::shared_ptr<const SpeechModel>> SpeechModel::Load(const Checkpoint& ckpt, const ModelConfig& cfg,
                                                              QuantMode quant, ThreadPool* pool) {
   const AudioConfig& c = cfg.audio;

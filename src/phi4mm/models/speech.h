@@ -51,6 +51,9 @@ class SpeechModel {
   // for the vision encoder): as stored for kNone, bf16 for kBF16, Q8_0 for kQ8, kQ4 and kQ4M (their
   // GEMMs are compute-bound; tests/speech_quant_test.cc bounds what int8 costs the features).
   static std::optional<WeightFormat> EncoderLinearFormat(QuantMode quant);
+  // The format the Conformer blocks' linears were loaded in (what their GEMMs run on; benchmarks
+  // pick the compute ceiling from it).
+  WeightFormat linear_format() const;
   // Features for the clip's placeholder tokens: [features.num_tokens, text hidden_size].
   // `with_image`: the request also has an image (vision-speech projection).
   Result<std::vector<float>> Encode(const AudioFeatures& features, bool with_image, ThreadPool* pool,

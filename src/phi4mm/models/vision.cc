@@ -30,6 +30,10 @@ std::optional<WeightFormat> VisionModel::EncoderLinearFormat(QuantMode quant) {
   return FormatFor(TensorRole::kEncoderLinear, quant);
 }
 
+WeightFormat VisionModel::linear_format() const {
+  return layers_.empty() ? patch_.w.format() : layers_.front().fc1.w.format();
+}
+
 Result<std::shared_ptr<const VisionModel>> VisionModel::Load(const Checkpoint& ckpt, const ModelConfig& mc,
                                                              QuantMode quant, ThreadPool* pool) {
   const VisionConfig& c = mc.vision;

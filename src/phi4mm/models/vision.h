@@ -72,6 +72,9 @@ class VisionModel {
   // for kBF16, Q8_0 for kQ8 and kQ4 (the encoder gets no 4-bit format: int8 keeps its features
   // close to float, see tests/vision_quant_test.cc, and its GEMMs are compute-bound, not read-bound).
   static std::optional<WeightFormat> EncoderLinearFormat(QuantMode quant);
+  // The format the encoder layers' linears were loaded in (what their GEMMs run on; benchmarks
+  // pick the compute ceiling from it).
+  WeightFormat linear_format() const;
   // Features for the image's placeholder tokens: [image.num_tokens, text hidden_size]. All crops of
   // the image go through the encoder in groups of 4 (one batch with a tap). Taps use `tap_prefix`
   // (e.g. "image.0.").
