@@ -410,7 +410,9 @@ MatMulKernels MakeAvx512() {
   // rounds): 256 rows 3x4 79 / 82, 4x4 81 / 80, 2x4 79 / 79, 4x3 73 / 75; 8 rows 2x8 77 / 86, 4x4
   // 70 / 80, 1x8 52 / 54. GEMV from memory (GemvCold, 2 threads, GB/s, three rounds, measured while
   // tile_prefetch.h still prefetched into L1): 2 rows per tile 28-33 on 16384x3072, 1 row 29-32,
-  // 4 rows 23-27. Not re-measured since the prefetch goes to L2 (where Q4_K read alike at 1-4 rows).
+  // 4 rows 23-27. With the prefetch into L2 (three alternating rounds, GB/s): 16384x3072 1 row
+  // 24-34, 2 rows 26-31, 4 rows 29-33; 3072x8192 28-32 / 25-30 / 25-30: alike within this VM's
+  // noise, so 2 stays. Only the short-row LoRA shape 16384x320 favoured 1 row (19-21 / 14-18 / 14-15).
   k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {2, 3, 4, 2, 8};
   return k;
 }
