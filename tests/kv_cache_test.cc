@@ -86,8 +86,16 @@ TEST(KvCacheAttention, EveryRowTableMatchesScalar) {
       s.scores_f16(q.data(), G, kh.data(), stride, len, hd, 0.3f, s1.data());
       a.scores_f16(q.data(), G, kh.data(), stride, len, hd, 0.3f, s2.data());
       for (size_t i = 0; i < s1.size(); ++i) ASSERT_NEAR(s1[i], s2[i], 1e-4);
+      s.scores_f32(q.data(), G, kf.data(), stride, len, hd, 0.3f, s1.data());
+      a.scores_f32(q.data(), G, kf.data(), stride, len, hd, 0.3f, s2.data());
+      for (size_t i = 0; i < s1.size(); ++i) ASSERT_NEAR(s1[i], s2[i], 1e-4);
       s.accum_f32(p.data(), len, G, kf.data(), stride, len, hd, o1.data());
       a.accum_f32(p.data(), len, G, kf.data(), stride, len, hd, o2.data());
+      for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o1[i], o2[i], 1e-3);
+      std::fill(o1.begin(), o1.end(), 0.5f);
+      std::fill(o2.begin(), o2.end(), 0.5f);
+      s.accum_f16(p.data(), len, G, kh.data(), stride, len, hd, o1.data());
+      a.accum_f16(p.data(), len, G, kh.data(), stride, len, hd, o2.data());
       for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o1[i], o2[i], 1e-3);
       // 8-bit rows: int8 values `stride` bytes apart, each row's float scale at sc + t * stride.
       std::vector<uint8_t> k8(len * stride + 4);
