@@ -37,9 +37,11 @@ struct Cache {
           std::memcpy(&h, row + 2 * i, 2);
           v = F16ToF32(h);
         } else {
+          // Each head's int8 values, then its scale.
+          const uint8_t* head = row + (i / hd) * KvHeadBytes(dt, hd);
           float s;
-          std::memcpy(&s, row + nkv * hd + 4 * (i / hd), 4);
-          v = static_cast<float>(static_cast<int8_t>(row[i])) * s;
+          std::memcpy(&s, head + hd, 4);
+          v = static_cast<float>(static_cast<int8_t>(head[i % hd])) * s;
         }
       }
     }
@@ -205,7 +207,8 @@ TEST(AttentionFlash, EveryTableTileKernelsMatchScalar) {
           else if (dt == KvDType::kF16)
             rk->widen_f16(reinterpret_cast<const uint16_t*>(base) + g * hd, rb / 2, n, hd, hdp, w);
           else
-            rk->widen_q8(reinterpret_cast<const int8_t*>(base) + g * hd, base + nkv * hd + 4 * g, rb, n, hd, hdp, w);
+            rk->widen_q8(reinterpret_cast<const int8_t*>(base) + g * (hd + 4), base + g * (hd + 4) + hd, rb, n, hd, hdp,
+                         w);
         }
         for (int64_t t = 0; t < n; ++t)
           for (int64_t d = 0; d < hdp; ++d) {
@@ -224,6 +227,7 @@ TEST(AttentionQ8, RowFormatRoundTripsWithinHalfAStep) {
   EXPECT_EQ(KvRowBytes(KvDType::kQ8, nkv, hd), static_cast<size_t>(nkv * hd + 4 * nkv));
   EXPECT_EQ(KvRowBytes(KvDType::kF16, nkv, hd), static_cast<size_t>(2 * nkv * hd));
   EXPECT_EQ(KvRowBytes(KvDType::kF32, nkv, hd), static_cast<size_t>(4 * nkv * hd));
+  EXPECT_EQ(KvHeadBytes(KvDType::kQ8, hd), static_cast<size_t>(hd + 4));
   std::vector<float> x = test::Gaussian(nkv * hd, 12, 3.0f);
   std::fill(x.begin() + hd, x.begin() + 2 * hd, 0.0f);  // an all-zero head row
   const Cache c(KvDType::kQ8, x, 1, nkv, hd);

@@ -34,13 +34,17 @@ std::optional<KvDType> ParseKvDType(std::string_view s) {
   return std::nullopt;
 }
 
-size_t KvRowBytes(KvDType d, int64_t n_kv_heads, int64_t head_dim) {
-  const size_t n = static_cast<size_t>(n_kv_heads * head_dim);
+size_t KvHeadBytes(KvDType d, int64_t head_dim) {
+  const size_t n = static_cast<size_t>(head_dim);
   switch (d) {
     case KvDType::kF16: return 2 * n;
-    case KvDType::kQ8: return n + sizeof(float) * static_cast<size_t>(n_kv_heads);
+    case KvDType::kQ8: return n + sizeof(float);
     default: return 4 * n;
   }
+}
+
+size_t KvRowBytes(KvDType d, int64_t n_kv_heads, int64_t head_dim) {
+  return static_cast<size_t>(n_kv_heads) * KvHeadBytes(d, head_dim);
 }
 
 void StoreKvRow(KvDType d, const float* x, int64_t n_kv_heads, int64_t head_dim, void* dst) {
@@ -50,16 +54,16 @@ void StoreKvRow(KvDType d, const float* x, int64_t n_kv_heads, int64_t head_dim,
   } else if (d == KvDType::kF16) {
     F32ToF16Row(x, n, static_cast<uint16_t*>(dst));
   } else {
-    int8_t* qv = static_cast<int8_t*>(dst);
-    uint8_t* scales = static_cast<uint8_t*>(dst) + n;
+    const size_t hb = KvHeadBytes(d, head_dim);
     for (int64_t h = 0; h < n_kv_heads; ++h) {
+      int8_t* qv = reinterpret_cast<int8_t*>(static_cast<uint8_t*>(dst) + h * hb);
       const float* xh = x + h * head_dim;
       float amax = 0.0f;
       for (int64_t i = 0; i < head_dim; ++i) amax = std::max(amax, std::fabs(xh[i]));
       const float s = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
       for (int64_t i = 0; i < head_dim; ++i)
-        qv[h * head_dim + i] = static_cast<int8_t>(std::clamp(std::nearbyint(xh[i] * inv), -127.0f, 127.0f));
-      std::memcpy(scales + h * sizeof(float), &s, sizeof(float));
+        qv[i] = static_cast<int8_t>(std::clamp(std::nearbyint(xh[i] * inv), -127.0f, 127.0f));
+      std::memcpy(qv + head_dim, &s, sizeof(float));
     }
   }
 }
@@ -191,19 +195,21 @@ void TilePvScalar(const float* p, int64_t ldp, int64_t rows, const float* v, int
 // Query position (or block) visited k-th of S: 0, S-1, 1, S-2, ... (balances the causal triangle).
 int64_t ZigZag(int64_t k, int64_t S) { return (k & 1) ? S - 1 - k / 2 : k / 2; }
 
-// Where head g's part of cached position t lies, and the kernels for the cache's element type.
+// Where head g's part of cached position t lies (KvView's strides), and the kernels for the
+// cache's element type.
 struct Source {
   const RowKernels& rk;
   const uint8_t* base;
   KvDType dtype;
-  int64_t nkv, hd, rb;
+  int64_t hd, pos_stride, head_stride;
 
-  const void* at(int64_t t, int64_t g) const {
-    return base + t * rb + g * hd * static_cast<int64_t>(dtype == KvDType::kF32 ? 4 : dtype == KvDType::kF16 ? 2 : 1);
+  const void* at(int64_t t, int64_t g) const { return base + t * pos_stride + g * head_stride; }
+  // A q8 row's scale follows its head_dim values.
+  const uint8_t* scale_ptr(int64_t t, int64_t g) const { return static_cast<const uint8_t*>(at(t, g)) + hd; }
+  // Position stride in elements of the cache's type.
+  int64_t stride() const {
+    return dtype == KvDType::kF32 ? pos_stride / 4 : dtype == KvDType::kF16 ? pos_stride / 2 : pos_stride;
   }
-  const uint8_t* scale(int64_t t, int64_t g) const { return base + t * rb + nkv * hd + g * 4; }
-  // Row stride in elements of the cache's type.
-  int64_t stride() const { return dtype == KvDType::kF32 ? rb / 4 : dtype == KvDType::kF16 ? rb / 2 : rb; }
 
   void Scores(const float* q, int G, int64_t t0, int64_t g, int64_t n, float scale, float* s) const {
     if (dtype == KvDType::kF32)
@@ -229,7 +235,6 @@ struct Source {
     else
       rk.widen_q8(static_cast<const int8_t*>(at(t0, g)), scale_ptr(t0, g), stride(), n, hd, hdp, dst);
   }
-  const uint8_t* scale_ptr(int64_t t, int64_t g) const { return scale(t, g); }
 };
 
 constexpr int64_t kFlashRows = 96;  // query rows (positions x heads of a group) per flash block
@@ -424,9 +429,12 @@ void CausalAttentionWith(const RowKernels& rk, Path path, std::span<const Attent
   const int64_t G = sh.n_heads / sh.n_kv_heads;
   std::vector<RowJob> rows;
   for (const AttentionJob& jb : jobs) {
-    const int64_t rb = static_cast<int64_t>(KvRowBytes(jb.kv.dtype, sh.n_kv_heads, sh.head_dim));
-    const Source K{rk, static_cast<const uint8_t*>(jb.kv.k), jb.kv.dtype, sh.n_kv_heads, sh.head_dim, rb};
-    const Source V{rk, static_cast<const uint8_t*>(jb.kv.v), jb.kv.dtype, sh.n_kv_heads, sh.head_dim, rb};
+    const int64_t ps = jb.kv.pos_stride > 0 ? jb.kv.pos_stride
+                                            : static_cast<int64_t>(KvRowBytes(jb.kv.dtype, sh.n_kv_heads, sh.head_dim));
+    const int64_t hs = jb.kv.head_stride > 0 ? jb.kv.head_stride
+                                             : static_cast<int64_t>(KvHeadBytes(jb.kv.dtype, sh.head_dim));
+    const Source K{rk, static_cast<const uint8_t*>(jb.kv.k), jb.kv.dtype, sh.head_dim, ps, hs};
+    const Source V{rk, static_cast<const uint8_t*>(jb.kv.v), jb.kv.dtype, sh.head_dim, ps, hs};
     // Few query rows (decode): the row path, which can split the cached length over threads;
     // the row-path sequences of a batch share one dispatch.
     const Path p = path != Path::kAuto ? path : jb.S * G >= 8 ? Path::kFlash : Path::kRows;

@@ -21,15 +21,17 @@
 namespace phi4mm {
 
 // Element type of a KV cache. kQ8: each head's row of head_dim values is stored as int8 round(x /
-// s) with s = max|x| / 127, and the n_kv_heads float scales follow the int8 values of the position.
+// s) with s = max|x| / 127, followed by the float s (head_dim + 4 bytes per head).
 enum class KvDType { kF32, kF16, kQ8 };
 const char* KvDTypeName(KvDType d);
 // Accepts "f32", "f16" and "q8".
 std::optional<KvDType> ParseKvDType(std::string_view s);
-// Bytes one position's K (or V) row takes: n_kv_heads * head_dim elements (plus the kQ8 scales).
+// Bytes one head's part of one position takes: head_dim elements (plus its kQ8 scale).
+size_t KvHeadBytes(KvDType d, int64_t head_dim);
+// Bytes one position's K (or V) row takes: n_kv_heads * KvHeadBytes.
 size_t KvRowBytes(KvDType d, int64_t n_kv_heads, int64_t head_dim);
 // Writes one position's row x[n_kv_heads * head_dim] to `dst` (KvRowBytes bytes) in format `d`
-// (half: round to nearest even; q8: as above, round to nearest).
+// (half: round to nearest even; q8: as above, round to nearest), head after head.
 void StoreKvRow(KvDType d, const float* x, int64_t n_kv_heads, int64_t head_dim, void* dst);
 
 struct AttentionShape {
@@ -39,11 +41,17 @@ struct AttentionShape {
   float scale = 1.0f;      // multiplies q·k
 };
 
-// Cached keys and values: position t's row starts at byte t * KvRowBytes(dtype, ...) of k / v.
+// Cached keys and values: head g's part of position t starts at byte t * pos_stride + g *
+// head_stride of k / v (KvHeadBytes of it). The defaults (0) are rows of whole positions as
+// StoreKvRow writes them: pos_stride KvRowBytes, head_stride KvHeadBytes. A head-major cache
+// (each head's positions contiguous: pos_stride KvHeadBytes, head_stride capacity * KvHeadBytes)
+// lets decode stream each head's rows instead of reading a head's part of every 2 KB row.
 struct KvView {
   const void* k = nullptr;
   const void* v = nullptr;
   KvDType dtype = KvDType::kF32;
+  int64_t pos_stride = 0;
+  int64_t head_stride = 0;
 };
 
 // q: [S, n_heads, head_dim] for query positions past..past+S-1.
@@ -71,7 +79,8 @@ void F32ToF16Row(const float* x, int64_t n, uint16_t* out);
 namespace attention_internal {
 
 // Kernels behind CausalAttention, one table per instruction set. Cached rows are `stride`
-// elements apart (for q8, bytes; its row scales are read from `sc` + t * stride).
+// elements apart (for q8, bytes; its row scales are read from `sc` + t * stride, `sc` being the
+// first row's values + head_dim).
 struct RowKernels {
   // Decode, for G query heads of one group (q: G rows of hd floats) and `len` cached rows:
   //   scores: s[g * len + t] = scale * dot(q_g, k_t)

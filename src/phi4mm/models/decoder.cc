@@ -66,11 +66,13 @@ Status KvCache::CopyPrefixFrom(const KvCache& src, int64_t n) {
     return InvalidArgument("KV caches of different shapes or element types");
   if (n < 0 || n > src.length_) return InvalidArgument("prefix longer than the source cache");
   PHI4MM_RETURN_IF_ERROR(EnsureCapacity(n));
-  const size_t bytes = static_cast<size_t>(n) * row_bytes();
-  for (size_t l = 0; l < k_.size(); ++l) {
-    std::memcpy(k_[l].data(), src.k_[l].data(), bytes);
-    std::memcpy(v_[l].data(), src.v_[l].data(), bytes);
-  }
+  const size_t hb = head_bytes(), bytes = static_cast<size_t>(n) * hb;
+  const size_t plane = static_cast<size_t>(capacity_) * hb, src_plane = static_cast<size_t>(src.capacity_) * hb;
+  for (size_t l = 0; l < k_.size(); ++l)
+    for (int64_t g = 0; g < kv_heads_; ++g) {
+      std::memcpy(k_[l].data() + g * plane, src.k_[l].data() + g * src_plane, bytes);
+      std::memcpy(v_[l].data() + g * plane, src.v_[l].data() + g * src_plane, bytes);
+    }
   length_ = n;
   long_rope_ = n > 0 && src.long_rope_;
   return Status::Ok();
@@ -82,11 +84,15 @@ Status KvCache::EnsureCapacity(int64_t positions) {
     return Internal("the KV cache reservation of " + std::to_string(capacity_) + " positions cannot hold " +
                     std::to_string(positions));
   int64_t cap = std::max<int64_t>(positions, std::max<int64_t>(64, capacity_ * 2));
-  const size_t n = static_cast<size_t>(cap) * row_bytes();
-  for (size_t l = 0; l < k_.size(); ++l) {
-    k_[l].resize(n);
-    v_[l].resize(n);
-  }
+  const size_t n = static_cast<size_t>(cap) * row_bytes(), hb = head_bytes();
+  // Each head's plane moves from g * old capacity to g * new capacity (the last head first, as
+  // the planes only move up); its first length_ positions are what it holds.
+  for (auto* layer_planes : {&k_, &v_})
+    for (std::vector<uint8_t>& buf : *layer_planes) {
+      buf.resize(n);
+      for (int64_t g = kv_heads_ - 1; g > 0; --g)
+        std::memmove(buf.data() + g * cap * hb, buf.data() + g * capacity_ * hb, static_cast<size_t>(length_) * hb);
+    }
   capacity_ = cap;
   return Status::Ok();
 }
@@ -246,7 +252,7 @@ Status Decoder::Step(std::span<const SeqChunk> chunks, ThreadPool* pool, Decoder
       KvCache* cache = ch.cache;
       uint8_t* kc = cache->k_[li].data();
       uint8_t* vc = cache->v_[li].data();
-      const size_t rb = cache->row_bytes();
+      const int64_t hb = static_cast<int64_t>(cache->head_bytes()), plane = cache->capacity_ * hb;
       for (int64_t s = 0; s < ch.n; ++s) {
         const int64_t row = row0[i] + s;
         const float* in = qkv + row * qkv_w;
@@ -256,10 +262,14 @@ Status Decoder::Step(std::span<const SeqChunk> chunks, ThreadPool* pool, Decoder
         std::memcpy(ks, in + nh * hd, nkv * hd * sizeof(float));
         ApplyRotary(qs, nh, hd, rd, cos + row * rd, sin + row * rd);
         ApplyRotary(ks, nkv, hd, rd, cos + row * rd, sin + row * rd);
-        StoreKvRow(cache->dtype_, ks, nkv, hd, kc + (past[i] + s) * rb);
-        StoreKvRow(cache->dtype_, in + (nh + nkv) * hd, nkv, hd, vc + (past[i] + s) * rb);
+        const float* vs = in + (nh + nkv) * hd;
+        for (int64_t g = 0; g < nkv; ++g) {
+          StoreKvRow(cache->dtype_, ks + g * hd, 1, hd, kc + g * plane + (past[i] + s) * hb);
+          StoreKvRow(cache->dtype_, vs + g * hd, 1, hd, vc + g * plane + (past[i] + s) * hb);
+        }
       }
-      jobs.push_back({q + row0[i] * nh * hd, KvView{kc, vc, cache->dtype_}, past[i], ch.n, attn + row0[i] * nh * hd});
+      jobs.push_back({q + row0[i] * nh * hd, KvView{kc, vc, cache->dtype_, hb, plane}, past[i], ch.n,
+                      attn + row0[i] * nh * hd});
     }
     // All sequences' attention in one call: the decode rows of a batch share one dispatch.
     CausalAttention(jobs, shape, pool);
