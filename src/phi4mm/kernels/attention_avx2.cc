@@ -150,7 +150,8 @@ void Scores(const float* q, int G, const E* k, const uint8_t* sc, int64_t stride
   }
 }
 
-// out[g][d0..d0+8C) += sum_t p[g][t] * f_t * v_t[d0..d0+8C) for t in [t0, t1): G·C independent
+// out[g][d0..d0+8C) += sum_t p[g][t] * f_t * v_t[d0..d0+8C) for t in [t0, t1), g < G (query
+// heads here; the flash tile's query rows in TilePv, f_t = 1 for float rows): G·C independent
 // FMA chains. C = 4 with a group of three heads (12 accumulators, the three weights and one
 // widened slice: all 16 ymm registers) covers the FMA latency, which C = 2 (six chains) did not:
 // per cached row 32 FMAs at 4 cycles' latency each in 6 chains. Loops unrolled by pragma so the
@@ -355,39 +356,15 @@ void TileSoftmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float
   }
 }
 
-// o[r0..r0+R][d0..d0+8C) += P · V over the tile's n keys (TilePv uses R = 4, C = 2: 8 accumulators).
-// Every loop that indexes acc is unrolled by pragma: GCC otherwise keeps acc as a stack array and
-// stores all R*C accumulators on every key, which made this loop store-bound (measured 1.4x slower
-// on the Zen 1 EPYC; a 2 x 6 tile measured slower again than 4 x 2).
-template <int R, int C>
-void PvMicro(const float* p, int64_t ldp, const float* v, int64_t n, int64_t hdp, int64_t d0, float* o) {
-  __m256 acc[R][C];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_loadu_ps(o + r * hdp + d0 + 8 * c);
-  for (int64_t t = 0; t < n; ++t) {
-    __m256 w[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) w[r] = _mm256_broadcast_ss(p + r * ldp + t);
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      const __m256 vv = _mm256_loadu_ps(v + t * hdp + d0 + 8 * c);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(w[r], vv, acc[r][c]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) _mm256_storeu_ps(o + r * hdp + d0 + 8 * c, acc[r][c]);
-}
-
+// o[r0..r0+4][d0..d0+8C) += P · V over the tile's n keys: AccumCols on the widened tile (float
+// rows hdp apart, no row factor), 4 query rows x 2 vectors = 8 accumulators. With the accumulators
+// left as a stack array this loop was store-bound (1.4x slower on the Zen 1 EPYC); a 2 x 6 tile
+// measured slower again than 4 x 2.
 void TilePv(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t n, int64_t hdp, float* o) {
   for (int64_t r = 0; r < rows; r += 4) {
     int64_t d = 0;
-    for (; d + 16 <= hdp; d += 16) PvMicro<4, 2>(p + r * ldp, ldp, v, n, hdp, d, o + r * hdp);
-    if (d < hdp) PvMicro<4, 1>(p + r * ldp, ldp, v, n, hdp, d, o + r * hdp);
+    for (; d + 16 <= hdp; d += 16) AccumCols<4, 2>(p + r * ldp, ldp, v, nullptr, hdp, 0, n, hdp, d, o + r * hdp);
+    if (d < hdp) AccumCols<4, 1>(p + r * ldp, ldp, v, nullptr, hdp, 0, n, hdp, d, o + r * hdp);
   }
 }
 
