@@ -4,8 +4,9 @@
 // next to its ceiling: prefill against FLOP per token ÷ compute peak, decode against the bytes a
 // token reads (the loaded matrices' real formats, lm_head, active LoRA adapters and KV cache) ÷
 // bandwidth, decode per LoRA mode against text-only, the vision encoder per 448² crop and the speech
-// encoder's real-time factor (against the compute peak of their linears' format), load time, peak RSS and KV-cache size. Everything is warmed up once
-// before it is timed. A compact table by default, --json for machines.
+// encoder's real-time factor (against the compute peak of their linears' format), load time, peak
+// RSS and KV-cache size. Everything is warmed up once before it is timed. A compact table by
+// default, --json for machines.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -244,7 +245,8 @@ int BenchCommand(const BenchFlags& f) {
     const double linear_flop = layers * 2 * patches * (4 * h * h + 2 * h * v.intermediate_size);
     const double attn_flop = layers * 4 * patches * patches * h, flop_crop = linear_flop + attn_flop;
     const WeightFormat vfmt = (*vision)->linear_format();
-    const double ceil = linear_flop / (ComputeCeilingGops(vfmt, peaks) * 1e9) + attn_flop / (peaks.f32_gflop_per_s * 1e9);
+    const double ceil =
+        linear_flop / (ComputeCeilingGops(vfmt, peaks) * 1e9) + attn_flop / (peaks.f32_gflop_per_s * 1e9);
     const double per_crop = vs / static_cast<double>(pi->num_crops);
     j["vision"] = {{"crops", pi->num_crops},   {"load_seconds", vload},     {"seconds", vs},
                    {"seconds_per_crop", per_crop}, {"gflop_per_crop", flop_crop / 1e9},

@@ -1,9 +1,9 @@
 // AVX2 + FMA + F16C kernels for CausalAttention (compiled with -mavx2 -mfma -mf16c; reached only
-// through RowKernelsFor when the process runs the AVX2 or AVX-512 ISA). Decode: scores take four cached rows at a time
-// against up to three query heads (twelve independent accumulators); the weighted sum walks the
-// cached rows in blocks that stay in L1 and keeps 16 output columns of up to four heads in
-// registers; half rows are widened with vcvtph2ps and int8 rows with vpmovsxbd + vcvtdq2ps as they
-// are loaded, the q8 row scale folded into the score or the weight. Flash tiles: the key/value tile
+// through RowKernelsFor when the process runs the AVX2 or AVX-512 ISA). Decode: scores take four
+// cached rows at a time against up to three query heads (twelve independent accumulators); the
+// weighted sum walks the cached rows in blocks that stay in L1 and keeps 32 output columns of up
+// to three heads in registers; half rows are widened with vcvtph2ps and int8 rows with vpmovsxbd +
+// vcvtdq2ps as they are loaded, the q8 row scale folded into the score or the weight. Flash tiles: the key/value tile
 // is widened to float32 once; Q·Kᵀ runs 4 query rows x 3 keys (12 accumulators, reduced with
 // horizontal adds), the softmax uses a vectorised exp (Cody-Waite range reduction and a degree-5
 // polynomial, ~1 ulp), and P·V keeps 4 rows x 16 output columns in registers over the tile (4 x 24
@@ -76,8 +76,8 @@ inline __m128 Factors4(const uint8_t* sc, int64_t t, int64_t stride, float scale
 // Two rows at a time with a horizontal sum per (row, head) was half as fast in L2 (13.7 against
 // 26.4 GB/s of half K rows, one thread, 4096 rows of a group of 3).
 template <int G, typename E>
-__attribute__((always_inline)) inline void ScoresTile4(const float* q, const E* k, const uint8_t* sc, int64_t stride, int64_t hd, float scale,
-                        float* s, int64_t len, int64_t t) {
+__attribute__((always_inline)) inline void ScoresTile4(const float* q, const E* k, const uint8_t* sc, int64_t stride,
+                                                       int64_t hd, float scale, float* s, int64_t len, int64_t t) {
   __m256 acc[4][G];
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r)
