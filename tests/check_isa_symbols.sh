@@ -4,7 +4,7 @@
 # emitted as weak (COMDAT) symbols in every object that uses them, and the linker keeps any one
 # copy: if an AVX2 object and a baseline object both carry std::foo<float> or an inline helper, the
 # baseline caller may end up in the AVX2 copy and crash on a CPU without AVX2. So every weak symbol
-# an ISA object (kernels/*_avx2.cc, *_avx512.cc, *_neondot.cc) defines must appear (defined or
+# an ISA object (kernels/*_avx2.cc, *_avxvnni.cc, *_avx512.cc, *_neondot.cc) defines must appear (defined or
 # used) in no object of another ISA group. Fix a finding by giving the helper internal linkage
 # (anonymous namespace / static) or by keeping the template out of the ISA file.
 # DW.ref.* are the exception-personality pointers (data, the same bytes in every object), not code.
@@ -38,6 +38,7 @@ objects=$(cat "$@" | sed '/^$/d' | sort -u)
 group_of() {
   case "$1" in
     *_avx2.cc.o) echo avx2 ;;
+    *_avxvnni.cc.o) echo avxvnni ;;
     *_avx512.cc.o) echo avx512 ;;
     *_neondot.cc.o) echo neondot ;;
     *) echo base ;;

@@ -14,10 +14,11 @@
 namespace phi4mm {
 namespace {
 
-CpuFeatures X86(bool avx2, bool avx512) {
+CpuFeatures X86(bool avx2, bool avx512, bool avx_vnni = false) {
   CpuFeatures f;
   f.avx2 = f.fma = f.f16c = avx2;
   f.avx512f = f.avx512bw = f.avx512vl = f.avx512vnni = avx512;
+  f.avx_vnni = avx_vnni;
   return f;
 }
 
@@ -33,7 +34,7 @@ bool Contains(const std::string& s, const std::string& needle) { return s.find(n
 TEST(Isa, NamesRoundTrip) {
   for (Isa isa : kAllIsas) {
     if (!IsaBuilt(isa)) continue;
-    CpuFeatures all = X86(true, true);
+    CpuFeatures all = X86(true, true, true);
     all.neon = all.neon_dot = true;
     auto r = ResolveIsa(IsaName(isa), all);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -46,6 +47,10 @@ TEST(Isa, UnsetPicksTheBestTheCpuRuns) {
   if (IsaBuilt(Isa::kAvx2)) {
     EXPECT_EQ(*ResolveIsa("", X86(true, false)), Isa::kAvx2);
     EXPECT_EQ(*ResolveIsa("", X86(true, true)), Isa::kAvx512);
+    // AVX-VNNI without AVX-512 (Intel client cores since Alder Lake): the avxvnni table.
+    EXPECT_EQ(*ResolveIsa("", X86(true, false, true)), Isa::kAvxVnni);
+    EXPECT_EQ(*ResolveIsa("", X86(true, true, true)), Isa::kAvx512);
+    EXPECT_EQ(*ResolveIsa("", X86(false, false, true)), Isa::kScalar);
     // AVX-512 without AVX2+FMA+F16C is not enough for the AVX-512 table (it reuses AVX2 entries).
     EXPECT_EQ(*ResolveIsa("", X86(false, true)), Isa::kScalar);
   }
@@ -66,6 +71,11 @@ TEST(Isa, OverrideTheCpuLacksIsRefusedClearly) {
   }
   if (IsaBuilt(Isa::kAvx512)) {
     EXPECT_FALSE(ResolveIsa("avx512", X86(true, false)).ok());
+    EXPECT_FALSE(ResolveIsa("avx512", X86(true, false, true)).ok());
+    EXPECT_FALSE(ResolveIsa("avxvnni", X86(true, false)).ok());
+    // The avxvnni table runs on AVX-VNNI, and (its EVEX copy) on AVX-512 VNNI.
+    EXPECT_EQ(*ResolveIsa("avxvnni", X86(true, false, true)), Isa::kAvxVnni);
+    EXPECT_EQ(*ResolveIsa("avxvnni", X86(true, true)), Isa::kAvxVnni);
   }
   if (IsaBuilt(Isa::kNeonDot)) {
     EXPECT_FALSE(ResolveIsa("neondot", Arm(false)).ok());
@@ -79,7 +89,7 @@ TEST(Isa, OverrideTheBuildLacksIsRefusedClearly) {
   for (Isa isa : kAllIsas) {
     if (IsaBuilt(isa)) continue;
     ++lacking;
-    CpuFeatures all = X86(true, true);
+    CpuFeatures all = X86(true, true, true);
     all.neon = all.neon_dot = true;
     auto r = ResolveIsa(IsaName(isa), all);
     ASSERT_FALSE(r.ok());
@@ -93,7 +103,7 @@ TEST(Isa, MisspelledOverrideNamesTheChoices) {
   auto r = ResolveIsa("AVX2 ", X86(true, true));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(r.status().message(), "scalar, avx2, avx512, neon, neondot")) << r.status().message();
+  EXPECT_TRUE(Contains(r.status().message(), "scalar, avx2, avxvnni, avx512, neon, neondot")) << r.status().message();
 }
 
 TEST(Isa, AvailableTablesAreTheDispatchPointsList) {
@@ -101,7 +111,8 @@ TEST(Isa, AvailableTablesAreTheDispatchPointsList) {
   ASSERT_FALSE(isas.empty());
   EXPECT_EQ(isas.front(), Isa::kScalar);
   // Every ISA's table is among the available ones, and every available table belongs to an ISA
-  // (its name starts with the ISA's: avx512 has two, "avx512" and "avx512zmm").
+  // (its name starts with the ISA's: avx512 has two, "avx512" and "avx512zmm"; avxvnni has
+  // "avxvnni" and "avxvnni-evex", the encodings this CPU runs).
   const std::vector<const MatMulKernels*> tables = AvailableKernels();
   for (Isa isa : isas) EXPECT_NE(std::find(tables.begin(), tables.end(), &KernelsFor(isa)), tables.end()) << IsaName(isa);
   for (const MatMulKernels* t : tables) {
@@ -118,6 +129,25 @@ TEST(Isa, AvailableTablesAreTheDispatchPointsList) {
   EXPECT_TRUE(found);
   EXPECT_EQ(&ActiveKernels(), &KernelsFor(ActiveIsa()));
   EXPECT_TRUE(std::string_view(ActiveKernels().name).starts_with(IsaName(ActiveIsa()))) << ActiveKernels().name;
+}
+
+TEST(Isa, AvxVnniEncodingFollowsTheCpu) {
+  const AvxVnniEncodings alder_lake = AvxVnniRunnable(X86(true, false, true));
+  EXPECT_TRUE(alder_lake.vex);
+  EXPECT_FALSE(alder_lake.evex);
+  const AvxVnniEncodings zen4 = AvxVnniRunnable(X86(true, true));
+  EXPECT_FALSE(zen4.vex);
+  EXPECT_TRUE(zen4.evex);
+  const AvxVnniEncodings sapphire_rapids = AvxVnniRunnable(X86(true, true, true));
+  EXPECT_TRUE(sapphire_rapids.vex);
+  EXPECT_TRUE(sapphire_rapids.evex);
+  const AvxVnniEncodings haswell = AvxVnniRunnable(X86(true, false));
+  EXPECT_FALSE(haswell.vex || haswell.evex);
+  if (IsaBuilt(Isa::kAvxVnni) && IsaRuns(Isa::kAvxVnni, GetCpuFeatures())) {
+    const bool vex = AvxVnniRunnable(GetCpuFeatures()).vex;
+    EXPECT_EQ(AvxVnniEncoding(), vex ? VnniEncoding::kVex : VnniEncoding::kEvex);
+    EXPECT_STREQ(KernelsFor(Isa::kAvxVnni).name, vex ? "avxvnni" : "avxvnni-evex");
+  }
 }
 
 TEST(Isa, Avx512TileWidthFollowsTheCpuUnlessOverridden) {

@@ -409,6 +409,7 @@ const RowKernels& RowKernelsFor(Isa isa) {
   switch (isa) {
 #if defined(PHI4MM_BUILD_X86_KERNELS)
     case Isa::kAvx2:
+    case Isa::kAvxVnni:
     case Isa::kAvx512: return Avx2RowKernels();
 #endif
 #if defined(PHI4MM_BUILD_ARM_KERNELS)

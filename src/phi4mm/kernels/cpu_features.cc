@@ -39,7 +39,9 @@ CpuFeatures Detect() {
   const bool avx512_state = (xcr0 & 0xe6) == 0xe6;     // plus opmask and ZMM state
   f.fma = avx_state && ((c >> 12) & 1);
   f.f16c = avx_state && ((c >> 29) & 1);
+  unsigned leaf7_subleaves = 0;
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    leaf7_subleaves = a;  // the highest subleaf of leaf 7
     f.avx2 = avx_state && ((b >> 5) & 1);
     f.avx512f = avx512_state && ((b >> 16) & 1);
     f.avx512bw = avx512_state && ((b >> 30) & 1);
@@ -47,6 +49,7 @@ CpuFeatures Detect() {
     f.avx512vnni = avx512_state && ((c >> 11) & 1);
     f.avx512_zmm_full_rate = f.avx512vnni && amd && family >= 0x1A;
   }
+  if (leaf7_subleaves >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx_vnni = avx_state && ((a >> 4) & 1);
 #elif defined(__aarch64__) && defined(__linux__)
   // The bit numbers of the Linux arm64 ABI (arch/arm64/include/uapi/asm/hwcap.h): HWCAP_ASIMD is
   // bit 1, HWCAP_ASIMDDP bit 20.

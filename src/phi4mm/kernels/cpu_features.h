@@ -15,6 +15,9 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512vnni = false;
+  // AVX-VNNI: the VEX-encoded ymm vpdpbusd of Intel's client cores since Alder Lake (which have no
+  // AVX-512) and of AMD Zen 5; CPUID leaf 7 subleaf 1, EAX bit 4.
+  bool avx_vnni = false;
   // A 512-bit vpdpbusd runs at the rate of a 256-bit one, i.e. twice the multiply-adds per cycle
   // (AMD family 1Ah, Zen 5, and later). No CPUID bit says so: it is read from the vendor and family.
   // Intel's cores split a zmm vpdpbusd over the two ports that run two ymm ones; Zen 4 (family 19h)

@@ -44,6 +44,7 @@ const char* IsaName(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return "scalar";
     case Isa::kAvx2: return "avx2";
+    case Isa::kAvxVnni: return "avxvnni";
     case Isa::kAvx512: return "avx512";
     case Isa::kNeon: return "neon";
     case Isa::kNeonDot: return "neondot";
@@ -55,6 +56,7 @@ const char* IsaRequirement(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return "nothing";
     case Isa::kAvx2: return "AVX2, FMA and F16C";
+    case Isa::kAvxVnni: return "AVX2, FMA, F16C and AVX-VNNI (or AVX-512 F/BW/VL/VNNI)";
     case Isa::kAvx512: return "AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI";
     case Isa::kNeon: return "Advanced SIMD (NEON)";
     case Isa::kNeonDot: return "Advanced SIMD with the dot-product instructions (asimddp)";
@@ -66,6 +68,7 @@ bool IsaBuilt(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return true;
     case Isa::kAvx2:
+    case Isa::kAvxVnni:
     case Isa::kAvx512:
 #if defined(PHI4MM_BUILD_X86_KERNELS)
       return true;
@@ -83,12 +86,26 @@ bool IsaBuilt(Isa isa) {
   return false;
 }
 
+AvxVnniEncodings AvxVnniRunnable(const CpuFeatures& f) {
+  const bool avx2 = f.avx2 && f.fma && f.f16c;
+  AvxVnniEncodings e;
+  e.vex = avx2 && f.avx_vnni;
+  e.evex = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+  return e;
+}
+
+VnniEncoding AvxVnniEncoding() {
+  return AvxVnniRunnable(GetCpuFeatures()).vex ? VnniEncoding::kVex : VnniEncoding::kEvex;
+}
+
 bool IsaRuns(Isa isa, const CpuFeatures& f) {
   const bool avx2 = f.avx2 && f.fma && f.f16c;
+  const AvxVnniEncodings vnni = AvxVnniRunnable(f);
   switch (isa) {
     case Isa::kScalar: return true;
     case Isa::kAvx2: return avx2;
-    case Isa::kAvx512: return avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+    case Isa::kAvxVnni: return vnni.vex || vnni.evex;
+    case Isa::kAvx512: return vnni.evex;
     case Isa::kNeon: return f.neon;
     case Isa::kNeonDot: return f.neon && f.neon_dot;
   }

@@ -1,9 +1,9 @@
 // The one dispatch point for the kernel instruction set: every kernel family (matmul tiles,
 // attention rows, vision ops, the machine-peak loops) has one table per ISA, and the process runs
 // the tables of the single ISA chosen here. The choice is the best ISA that this build compiled and
-// this CPU runs (x86-64: AVX-512 VNNI > AVX2+FMA+F16C > scalar; aarch64: NEON with dot product >
-// NEON > scalar), unless the environment variable PHI4MM_ISA names one (scalar, avx2, avx512, neon,
-// neondot): then that one, or, when the CPU or the build lacks it, a refusal that the CLI and
+// this CPU runs (x86-64: AVX-512 VNNI > AVX-VNNI > AVX2+FMA+F16C > scalar; aarch64: NEON with dot
+// product > NEON > scalar), unless the environment variable PHI4MM_ISA names one (scalar, avx2,
+// avxvnni, avx512, neon, neondot): then that one, or, when the CPU or the build lacks it, a refusal that the CLI and
 // Model::Load report (IsaOverrideStatus) while the kernels fall back to the scalar tables.
 #pragma once
 
@@ -16,10 +16,13 @@
 namespace phi4mm {
 
 // Weakest to strongest within each architecture; the order is also the order of AvailableIsas.
-enum class Isa { kScalar, kAvx2, kAvx512, kNeon, kNeonDot };
-inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon, Isa::kNeonDot};
+// kAvxVnni is the AVX2 table with the integer tiles on ymm vpdpbusd: for the AVX2 CPUs that have
+// AVX-VNNI but no AVX-512 (Intel client cores since Alder Lake), and runnable on every AVX-512 VNNI
+// CPU too (see AvxVnniEncoding).
+enum class Isa { kScalar, kAvx2, kAvxVnni, kAvx512, kNeon, kNeonDot };
+inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kNeon, Isa::kNeonDot};
 
-// "scalar", "avx2", "avx512", "neon", "neondot" (the PHI4MM_ISA spellings).
+// "scalar", "avx2", "avxvnni", "avx512", "neon", "neondot" (the PHI4MM_ISA spellings).
 const char* IsaName(Isa isa);
 // What the CPU must have for `isa`, in words ("AVX2, FMA and F16C").
 const char* IsaRequirement(Isa isa);
@@ -44,6 +47,18 @@ Isa ActiveIsa();
 enum class Avx512Tiles { kYmm, kZmm };
 Result<Avx512Tiles> ResolveAvx512Tiles(std::string_view request, const CpuFeatures& f);
 Avx512Tiles ActiveAvx512Tiles();
+
+// The avxvnni tables are one source compiled twice: with VEX encoding (AVX-VNNI, whose CPUs may
+// lack AVX-512) and with EVEX encoding (AVX-512 VL/VNNI, whose CPUs may lack AVX-VNNI: Zen 4, Ice
+// Lake, Cascade Lake). The instructions compute the same; the encodings differ in which CPUs decode
+// them. Which copies a CPU runs, and the one the avxvnni ISA uses there (VEX where it runs):
+struct AvxVnniEncodings {
+  bool vex = false;
+  bool evex = false;
+};
+AvxVnniEncodings AvxVnniRunnable(const CpuFeatures& f);
+enum class VnniEncoding { kVex, kEvex };
+VnniEncoding AvxVnniEncoding();
 
 // OK, or the refusal of PHI4MM_ISA or PHI4MM_AVX512_TILES (the CLI and Model::Load return it).
 Status IsaOverrideStatus();

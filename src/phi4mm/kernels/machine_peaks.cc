@@ -74,6 +74,10 @@ Loops LoopsFor(Isa isa) {
   switch (isa) {
 #if defined(PHI4MM_BUILD_X86_KERNELS)
     case Isa::kAvx2: return {pi::ReadSumAvx2, pi::FmaLoopAvx2, pi::Int8LoopAvx2, 256.0, pi::Int8PairLoopAvx2};
+    case Isa::kAvxVnni:
+      return {pi::ReadSumAvx2, pi::FmaLoopAvx2,
+              AvxVnniEncoding() == VnniEncoding::kVex ? pi::Int8LoopAvxVnni : pi::Int8LoopVnni, pi::kInt8LoopVnniMacs,
+              nullptr};
     case Isa::kAvx512:
       if (ActiveAvx512Tiles() == Avx512Tiles::kZmm)
         return {pi::ReadSumAvx2, pi::FmaLoopAvx2, pi::Int8LoopVnniZmm, pi::kInt8LoopVnniZmmMacs, nullptr};

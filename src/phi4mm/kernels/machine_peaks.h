@@ -64,6 +64,9 @@ int32_t Int8PairLoopAvx2(int64_t iters, int32_t seed);
 // instruction (12 chains cover its latency at two per cycle).
 inline constexpr int kInt8LoopVnniMacs = 384;
 int32_t Int8LoopVnni(int64_t iters, int32_t seed);
+// The same 12 ymm chains in VEX encoding (machine_peaks_avxvnni.cc), for the avxvnni table on a CPU
+// with AVX-VNNI; on AVX-512 CPUs without it that table is measured with Int8LoopVnni.
+int32_t Int8LoopAvxVnni(int64_t iters, int32_t seed);
 // The same 12 chains on zmm (the avx512zmm table's Q4_K tile).
 inline constexpr int kInt8LoopVnniZmmMacs = 768;
 int32_t Int8LoopVnniZmm(int64_t iters, int32_t seed);

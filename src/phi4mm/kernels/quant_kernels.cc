@@ -125,6 +125,9 @@ const MatMulKernels& KernelsFor(Isa isa) {
   switch (isa) {
 #if defined(PHI4MM_BUILD_X86_KERNELS)
     case Isa::kAvx2: return quant_internal::Avx2Kernels();
+    case Isa::kAvxVnni:
+      return AvxVnniEncoding() == VnniEncoding::kVex ? quant_internal::AvxVnniKernels()
+                                                      : quant_internal::AvxVnniEvexKernels();
     case Isa::kAvx512:
       return ActiveAvx512Tiles() == Avx512Tiles::kZmm ? quant_internal::Avx512ZmmKernels()
                                                        : quant_internal::Avx512Kernels();
@@ -141,6 +144,13 @@ std::vector<const MatMulKernels*> AvailableKernels() {
   std::vector<const MatMulKernels*> v;
   for (Isa isa : AvailableIsas()) {
 #if defined(PHI4MM_BUILD_X86_KERNELS)
+    if (isa == Isa::kAvxVnni) {
+      // Every encoding of the avxvnni table this CPU runs (both on a CPU with AVX-VNNI and AVX-512).
+      const AvxVnniEncodings e = AvxVnniRunnable(GetCpuFeatures());
+      if (e.vex) v.push_back(&quant_internal::AvxVnniKernels());
+      if (e.evex) v.push_back(&quant_internal::AvxVnniEvexKernels());
+      continue;
+    }
     if (isa == Isa::kAvx512) {
       v.push_back(&quant_internal::Avx512Kernels());
       v.push_back(&quant_internal::Avx512ZmmKernels());

@@ -1,5 +1,5 @@
 // The matmul kernel family behind WeightMatrix: one table of function pointers per instruction
-// set (scalar reference; AVX2+FMA+F16C and AVX-512 VNNI on x86-64; NEON with and without the
+// set (scalar reference; AVX2+FMA+F16C, AVX-VNNI and AVX-512 VNNI on x86-64; NEON with and without the
 // dot-product instructions on aarch64), and the table of the ISA the process runs (kernels/isa.h).
 //
 // A tile kernel computes y[i * ldy + r] (+)= dot(W row r, activation row i) for r < nr and
@@ -92,6 +92,10 @@ namespace quant_internal {
 // The per-ISA tables, defined in the ISA's own files (quant_kernels_<isa>.cc) and reached only
 // through KernelsFor.
 const MatMulKernels& Avx2Kernels();
+// The avxvnni table in VEX encoding (AVX-VNNI CPUs) and in EVEX encoding (AVX-512 VNNI CPUs); one
+// source, vnni_ymm_tiles.h.
+const MatMulKernels& AvxVnniKernels();
+const MatMulKernels& AvxVnniEvexKernels();
 const MatMulKernels& Avx512Kernels();
 const MatMulKernels& Avx512ZmmKernels();  // the avx512 table with the two-block zmm Q4_K tile
 const MatMulKernels& NeonKernels();

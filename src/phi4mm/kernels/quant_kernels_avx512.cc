@@ -1,14 +1,15 @@
-// AVX-512 F/BW/VL/VNNI kernel table (compiled with -mavx2 -mfma -mf16c -mavx512f -mavx512bw
+// AVX-512 F/BW/VL/VNNI kernel tables (compiled with -mavx2 -mfma -mf16c -mavx512f -mavx512bw
 // -mavx512vl -mavx512vnni; only reached through the dispatch in quant_kernels.cc when the CPU has
-// those features). It is the AVX2 table with the Q4_K x A8K and Q8_0 x A8 tiles replaced: on the
-// sub-block-interleaved block order (quant.h) vpdpbusd multiplies the unsigned nibbles by the
-// int8 activations and adds each group of 4 products straight into the int32 lane of its
-// sub-block, one instruction per 32 multiply-adds (AVX2 needs maddubs plus an int16 add). With 32
-// ymm registers a tile holds up to 8 activation rows, so a batched decode step of 8 sequences
-// unpacks each weight row once. The Q8_0 tile works on four blocks per zmm over activations
-// repacked for it (pack_a8). The float formats and the activation quantizers are the AVX2 table's.
-// The zmm table (CPUs with full-rate 512-bit vpdpbusd) replaces the Q4_K tile with one that holds
-// two blocks per zmm, over activations packed for it; the two tables share the Q8_0 tile.
+// those features). Three tables come from here:
+//  - the EVEX copy of the avxvnni table (vnni_ymm_tiles.h: the AVX2 table with ymm vpdpbusd tiles
+//    for Q4_K and Q8_0), for AVX-512 CPUs that lack AVX-VNNI, and for testing that table's source
+//    on them;
+//  - "avx512": the avxvnni table's Q4_K tile (with 32 registers, so up to 8 activation rows per
+//    tile: a batched decode step of 8 sequences unpacks each weight row once) and a Q8_0 tile that
+//    works on four blocks per zmm over the same packed activations (pack_a8);
+//  - "avx512zmm" (CPUs with full-rate 512-bit vpdpbusd): the Q4_K tile holds two blocks per zmm,
+//    over activations packed for it; it shares the Q8_0 tile.
+// The float formats and the activation quantizers are the AVX2 table's.
 #include <immintrin.h>
 
 #include <cstring>
@@ -16,102 +17,11 @@
 #include "phi4mm/kernels/quant.h"
 #include "phi4mm/kernels/quant_kernels.h"
 #include "phi4mm/kernels/tile_prefetch.h"
+#include "phi4mm/kernels/vnni_ymm_tiles.h"
 
 namespace phi4mm {
 
 namespace {
-
-// Local copies of the small helpers so no inline function of another translation unit is
-// compiled here with AVX-512 enabled (the linker could pick this copy for baseline callers).
-inline void Store(const TileArgs& t, int r, int i, float v) {
-  float& y = t.y[i * t.ldy + r];
-  y = t.accumulate ? y + v : v;
-}
-
-inline float HSum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline int64_t Blocks(int64_t cols) { return (cols + kQ4KBlock - 1) / kQ4KBlock; }
-inline int64_t Blocks8(int64_t cols) { return (cols + kQ8Block - 1) / kQ8Block; }
-
-// Q4_K x A8K with vpdpbusd on ymm: per block and (weight row, activation row) 8 vpdpbusd into
-// int32 lanes = sub-blocks (at most 32 * 15 * 127 per lane), then the float tail of the AVX2 tile:
-// acc += (isum * (d*sc) - (dmin*mn) * bsum) * da. Per weight row and 64-position chunk the nibbles
-// are unpacked once (low and high half) and reused for the N activation rows, whose bytes are the
-// memory operands of vpdpbusd. Live registers: R*N int32 sums, R*N float accumulators, 2*R
-// unpacked halves and the nibble mask. Every loop over r and i is unrolled by pragma (here and in
-// the Q8_0 tile): otherwise GCC keeps acc and s32 as stack arrays and stores them every block
-// (27 stack stores per block in the 3x4 tile before, 6 after; 2x8 on 8 rows, one thread: best
-// 76.7 -> 82.4 GMAC/s, and 83.3 -> 91.3 for 3x4, with the per-tile prefetch distance 87.7 / 92.3).
-struct Q4KVnniImpl {
-  template <int R, int N>
-  static void Run(const TileArgs& t) {
-    __m256 acc[R][N];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
-    const BlockQ4K* w[R];
-    const BlockA8K* a[N];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ4K*>(t.w + r * t.w_stride);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8K*>(t.a + i * t.a_stride);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const int64_t nb = Blocks(t.cols);
-    const TilePrefetch pf(t, R, R * static_cast<int64_t>(sizeof(BlockQ4K)));
-    for (int64_t b = 0; b < nb; ++b) {
-      if (N == 1 || t.prefetch) pf.At(b);
-      __m256i s32[R][N];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-        for (int i = 0; i < N; ++i) s32[r][i] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs + c * 32));
-          const __m256i lo = _mm256_and_si256(bits, m4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-#pragma GCC unroll 8
-          for (int i = 0; i < N; ++i) {
-            const __m256i* aq = reinterpret_cast<const __m256i*>(a[i][b].qs + c * 64);
-            s32[r][i] = _mm256_dpbusd_epi32(s32[r][i], lo, _mm256_loadu_si256(aq));
-            s32[r][i] = _mm256_dpbusd_epi32(s32[r][i], hi, _mm256_loadu_si256(aq + 1));
-          }
-        }
-      }
-      __m256 dsc[R], dmn[R];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].scales)));
-        const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].mins)));
-        dsc[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(sc), _mm256_set1_ps(_cvtsh_ss(w[r][b].d)));
-        dmn[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(_cvtsh_ss(w[r][b].dmin)));
-      }
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) {
-        const __m256 da = _mm256_broadcast_ss(&a[i][b].d);
-        const __m256 bs = _mm256_cvtepi32_ps(
-            _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i][b].bsums))));
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m256 v = _mm256_fnmadd_ps(dmn[r], bs, _mm256_mul_ps(_mm256_cvtepi32_ps(s32[r][i]), dsc[r]));
-          acc[r][i] = _mm256_fmadd_ps(v, da, acc[r][i]);
-        }
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) Store(t, r, i, HSum8(acc[r][i]));
-  }
-};
 
 // GCC 12 reports the _mm512_undefined_* pass-through operand inside its own zmm intrinsics
 // (convert, insert, extract) as maybe-uninitialized; the warning is about the header, not this code.
@@ -131,43 +41,6 @@ inline __m512 Halves(float lo, float hi) {
       _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(lo)), _mm256_castps_pd(_mm256_set1_ps(hi)), 1));
 }
 
-// Q8_0 x A8 with vpdpbusd, which multiplies unsigned by signed bytes: the activation bytes get
-// their sign bit flipped (a ^ 0x80 = a + 128, unsigned) and the extra 128 * sum(w) is subtracted up
-// front: per weight row and four blocks the accumulator starts at -vpdpbusd(0, 128, w), so
-// vpdpbusd(start, a + 128, w) is exactly sum(w * a) in int32 lanes (at most 8 * 255 * 127 per lane).
-//
-// The tile's activation layout (MatMulKernels::pack_a8, both avx512 tables): per group of four A8
-// blocks, bytes 0-15 of the four blocks (block k at bytes 16k..16k+15), then their bytes 16-31 the
-// same way, both already flipped, then each block's scale on its four int32 lanes. A missing last
-// block is a zero block with scale 0. Packing once per matrix product takes the per-activation-row
-// work (loads, inserts, the flip, the scale broadcasts) out of every weight-row tile.
-struct A8Quad {
-  uint8_t lo[64];
-  uint8_t hi[64];
-  float d[16];
-};
-static_assert(sizeof(A8Quad) == 192, "A8Quad must be 192 bytes (three cache lines)");
-
-size_t PackedA8QuadRowBytes(int64_t cols) { return static_cast<size_t>((Blocks8(cols) + 3) / 4) * sizeof(A8Quad); }
-
-void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
-  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
-  A8Quad* o = reinterpret_cast<A8Quad*>(out);
-  const int64_t nb = Blocks8(cols);
-  for (int64_t q = 0; 4 * q < nb; ++q)
-    for (int k = 0; k < 4; ++k) {
-      const int64_t blk = 4 * q + k;
-      const bool in = blk < nb;
-      for (int j = 0; j < 16; ++j) {
-        o[q].lo[16 * k + j] = static_cast<uint8_t>((in ? static_cast<uint8_t>(b[blk].qs[j]) : 0) ^ 0x80);
-        o[q].hi[16 * k + j] = static_cast<uint8_t>((in ? static_cast<uint8_t>(b[blk].qs[16 + j]) : 0) ^ 0x80);
-      }
-      for (int j = 0; j < 4; ++j) o[q].d[4 * k + j] = in ? b[blk].d : 0.0f;
-    }
-}
-
-alignas(64) constexpr BlockQ8_0 kZeroQ8Block{};
-
 // The Q8_0 tile of both avx512 tables: vpdpbusd on zmm, four blocks per register. Each weight
 // vector holds the same half (bytes 0-15 or 16-31) of four blocks, block k in lanes 4k..4k+3, so
 // the two vpdpbusd of a (weight row, activation row) leave each block's sum in its own four lanes
@@ -180,7 +53,9 @@ alignas(64) constexpr BlockQ8_0 kZeroQ8Block{};
 // this one at 8 and 256 rows (docs/benchmarks.md), so the ymm table uses this tile too. The weight
 // side (four 16-byte loads and two inserts per vector, the sign-trick start, the four scales) is
 // built once per weight row and four blocks. Every (weight row, activation row) pair runs the same
-// steps whatever the tile shape, so a row's result does not depend on the batch.
+// steps whatever the tile shape, so a row's result does not depend on the batch. The sign trick
+// (flipped activations, a start of -vpdpbusd(0, 128, w)) and the packed layout (A8Quad) are those
+// of the ymm pair tile in vnni_ymm_tiles.h.
 struct Q8QuadVnniImpl {
   static __m512i LoadHalf(const BlockQ8_0* const (&blk)[4], int h) {
     const auto* p0 = reinterpret_cast<const __m128i*>(blk[0]->qs + 16 * h);
@@ -381,25 +256,9 @@ struct Q4KPairImpl {
 #pragma GCC diagnostic pop
 #endif
 
-// Impl::Run<R, N> for R = nr in [1, kMaxTileRows] and N = na in [1, kMaxTileActs].
-template <class Impl, int R = 1, int N = 1>
-void Tile(const TileArgs& t) {
-  if constexpr (R < kMaxTileRows) {
-    if (t.nr > R) return Tile<Impl, R + 1, N>(t);
-  }
-  if constexpr (N < kMaxTileActs) {
-    if (t.na > N) return Tile<Impl, R, N + 1>(t);
-  }
-  Impl::template Run<R, N>(t);
-}
-
 MatMulKernels MakeAvx512() {
-  MatMulKernels k = quant_internal::Avx2Kernels();
-  k.name = "avx512";
-  k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl>;
+  MatMulKernels k = MakeAvxVnniTable("avx512");
   k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8QuadVnniImpl>;
-  k.pack_a8 = &PackA8Quads;
-  k.packed_a8_row_bytes = &PackedA8QuadRowBytes;
   // TileShape bench (1 thread, 16384x3072, n = 256; GMAC/s): 4x3 87, 3x3 83, 3x4 83, 4x4 79,
   // 2x4 71. GEMV: 4 rows 47, 2 rows 44, 1 row 40. A zmm variant (vpdpbusd on 64 positions, the
   // two halves folded per block) measured 79 at its best shape (4x4) and was dropped.
@@ -436,6 +295,11 @@ const MatMulKernels& quant_internal::Avx512ZmmKernels() {
     z.shape[static_cast<int>(WeightFormat::kQ8_0)] = {4, 3, 4, 2, 8};
     return z;
   }();
+  return k;
+}
+
+const MatMulKernels& quant_internal::AvxVnniEvexKernels() {
+  static const MatMulKernels k = MakeAvxVnniTable("avxvnni-evex");
   return k;
 }
 

@@ -142,7 +142,7 @@ const VisionKernels& VisionKernelsFor(Isa isa) {
   static const VisionKernels scalar{&BidirectionalAttentionReference, &GeluTanhInPlace};
 #if defined(PHI4MM_BUILD_X86_KERNELS)
   static const VisionKernels avx2{&BidirectionalAttentionAvx2, &GeluTanhAvx2};
-  if (isa == Isa::kAvx2 || isa == Isa::kAvx512) return avx2;
+  if (isa == Isa::kAvx2 || isa == Isa::kAvxVnni || isa == Isa::kAvx512) return avx2;
 #endif
 #if defined(PHI4MM_BUILD_ARM_KERNELS)
   static const VisionKernels neon{&BidirectionalAttentionNeon, &GeluTanhNeon};

@@ -1,0 +1,275 @@
+// The ymm vpdpbusd tiles of the avxvnni table (Q4_K x A8K and Q8_0 x A8), written once and compiled
+// twice: by quant_kernels_avxvnni.cc with VEX encoding (-mavxvnni: AVX-VNNI, the Intel client cores
+// since Alder Lake, which have no AVX-512, and Zen 5) and by quant_kernels_avx512.cc with EVEX
+// encoding (AVX-512 VL/VNNI), where the avx512 tables reuse the Q4_K tile and where the avxvnni
+// table's EVEX copy runs on AVX-512 CPUs without AVX-VNNI (isa.h, AvxVnniEncoding). The two copies
+// differ only in the encoding the compiler picks for the same intrinsic semantics. Everything here
+// has internal linkage (an anonymous namespace), so each copy keeps its own and the linker never
+// mixes them (check_isa_symbols.sh). Include only from those two files.
+//
+// VEX code can address only 16 ymm registers (EVEX has 32), so the avxvnni table's tile shapes are
+// picked to fit 16: a Q4_K tile keeps R*N float accumulators, R*N int32 sums, the two unpacked
+// halves of one weight row and the nibble mask; a Q8_0 tile keeps R*N accumulators and four vectors
+// per weight row.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "phi4mm/kernels/quant.h"
+#include "phi4mm/kernels/quant_kernels.h"
+#include "phi4mm/kernels/tile_prefetch.h"
+
+#if !(defined(__AVX512VNNI__) && defined(__AVX512VL__)) && !defined(__AVXVNNI__)
+#error "vnni_ymm_tiles.h needs AVX-VNNI or AVX-512 VL/VNNI"
+#endif
+
+namespace phi4mm {
+namespace {
+
+// u (unsigned bytes) x s (signed bytes), each group of four products added into its int32 lane.
+inline __m256i Dpbusd(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(acc, u, s);
+#else
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#endif
+}
+
+inline void Store(const TileArgs& t, int r, int i, float v) {
+  float& y = t.y[i * t.ldy + r];
+  y = t.accumulate ? y + v : v;
+}
+
+inline float HSum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline int64_t Blocks(int64_t cols) { return (cols + kQ4KBlock - 1) / kQ4KBlock; }
+inline int64_t Blocks8(int64_t cols) { return (cols + kQ8Block - 1) / kQ8Block; }
+
+// Q4_K x A8K with vpdpbusd on ymm: per block and (weight row, activation row) 8 vpdpbusd into
+// int32 lanes = sub-blocks (at most 32 * 15 * 127 per lane), then the float tail of the AVX2 tile:
+// acc += (isum * (d*sc) - (dmin*mn) * bsum) * da. Per weight row and 64-position chunk the nibbles
+// are unpacked once (low and high half) and reused for the N activation rows, whose bytes are the
+// memory operands of vpdpbusd. Live registers: R*N int32 sums, R*N float accumulators, 2*R
+// unpacked halves and the nibble mask. Every loop over r and i is unrolled by pragma (here and in
+// the Q8_0 tiles): otherwise GCC keeps acc and s32 as stack arrays and stores them every block
+// (27 stack stores per block in the 3x4 tile before, 6 after; 2x8 on 8 rows, one thread: best
+// 76.7 -> 82.4 GMAC/s, and 83.3 -> 91.3 for 3x4, with the per-tile prefetch distance 87.7 / 92.3).
+struct Q4KVnniImpl {
+  template <int R, int N>
+  static void Run(const TileArgs& t) {
+    __m256 acc[R][N];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
+    const BlockQ4K* w[R];
+    const BlockA8K* a[N];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ4K*>(t.w + r * t.w_stride);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8K*>(t.a + i * t.a_stride);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const int64_t nb = Blocks(t.cols);
+    const TilePrefetch pf(t, R, R * static_cast<int64_t>(sizeof(BlockQ4K)));
+    for (int64_t b = 0; b < nb; ++b) {
+      if (N == 1 || t.prefetch) pf.At(b);
+      __m256i s32[R][N];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+        for (int i = 0; i < N; ++i) s32[r][i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs + c * 32));
+          const __m256i lo = _mm256_and_si256(bits, m4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+#pragma GCC unroll 8
+          for (int i = 0; i < N; ++i) {
+            const __m256i* aq = reinterpret_cast<const __m256i*>(a[i][b].qs + c * 64);
+            s32[r][i] = Dpbusd(s32[r][i], lo, _mm256_loadu_si256(aq));
+            s32[r][i] = Dpbusd(s32[r][i], hi, _mm256_loadu_si256(aq + 1));
+          }
+        }
+      }
+      __m256 dsc[R], dmn[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].scales)));
+        const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].mins)));
+        dsc[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(sc), _mm256_set1_ps(_cvtsh_ss(w[r][b].d)));
+        dmn[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(_cvtsh_ss(w[r][b].dmin)));
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) {
+        const __m256 da = _mm256_broadcast_ss(&a[i][b].d);
+        const __m256 bs = _mm256_cvtepi32_ps(
+            _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i][b].bsums))));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m256 v = _mm256_fnmadd_ps(dmn[r], bs, _mm256_mul_ps(_mm256_cvtepi32_ps(s32[r][i]), dsc[r]));
+          acc[r][i] = _mm256_fmadd_ps(v, da, acc[r][i]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) Store(t, r, i, HSum8(acc[r][i]));
+  }
+};
+
+// The activation layout of the vpdpbusd Q8_0 tiles (MatMulKernels::pack_a8 of the avxvnni and
+// avx512 tables): per group of four A8 blocks, bytes 0-15 of the four blocks (block k at bytes
+// 16k..16k+15), then their bytes 16-31 the same way, both with the sign bit flipped (a ^ 0x80 =
+// a + 128, unsigned, for vpdpbusd), then each block's scale on its four int32 lanes. A missing last
+// block is a zero block with scale 0. The zmm tile reads each half as one register (four blocks),
+// the ymm tile as two (blocks 0-1 and 2-3). Packing once per matrix product takes the
+// per-activation-row work (loads, inserts, the flip, the scale broadcasts) out of every weight-row
+// tile.
+struct A8Quad {
+  uint8_t lo[64];
+  uint8_t hi[64];
+  float d[16];
+};
+static_assert(sizeof(A8Quad) == 192, "A8Quad must be 192 bytes (three cache lines)");
+
+size_t PackedA8QuadRowBytes(int64_t cols) { return static_cast<size_t>((Blocks8(cols) + 3) / 4) * sizeof(A8Quad); }
+
+void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
+  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
+  A8Quad* o = reinterpret_cast<A8Quad*>(out);
+  const int64_t nb = Blocks8(cols);
+  for (int64_t q = 0; 4 * q < nb; ++q)
+    for (int k = 0; k < 4; ++k) {
+      const int64_t blk = 4 * q + k;
+      const bool in = blk < nb;
+      for (int j = 0; j < 16; ++j) {
+        o[q].lo[16 * k + j] = static_cast<uint8_t>((in ? static_cast<uint8_t>(b[blk].qs[j]) : 0) ^ 0x80);
+        o[q].hi[16 * k + j] = static_cast<uint8_t>((in ? static_cast<uint8_t>(b[blk].qs[16 + j]) : 0) ^ 0x80);
+      }
+      for (int j = 0; j < 4; ++j) o[q].d[4 * k + j] = in ? b[blk].d : 0.0f;
+    }
+}
+
+alignas(64) constexpr BlockQ8_0 kZeroQ8Block{};
+
+// Q8_0 x A8 with vpdpbusd on ymm, two blocks per register: each weight vector holds the same half
+// (bytes 0-15 or 16-31) of blocks b and b + 1, so the two vpdpbusd of a (weight row, activation
+// row) leave each block's sum in its own four lanes, and the float tail (convert, scale product,
+// FMA) runs once per two blocks: 2 vpdpbusd and 3 float operations per 64 multiply-adds, the ratio
+// of the zmm four-block tile of the avx512 tables. vpdpbusd multiplies unsigned by signed bytes:
+// the activations come flipped (A8Quad), and each weight row's sum starts at -vpdpbusd(0, 128, w)
+// so that vpdpbusd(start, a + 128, w) is exactly sum(w * a) (at most 8 * 255 * 127 per lane). The
+// weight side (two 16-byte loads per vector, the start, the two scales) is built once per weight
+// row and pair of blocks. Every (weight row, activation row) pair runs the same steps whatever the
+// tile shape, so a row's result does not depend on the batch.
+struct Q8PairVnniImpl {
+  static __m256i LoadHalf(const BlockQ8_0* b0, const BlockQ8_0* b1, int h) {
+    return _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(b1->qs + 16 * h),
+                               reinterpret_cast<const __m128i*>(b0->qs + 16 * h));
+  }
+
+  // Pair p = blocks 2p and 2p + 1: half p % 2 of activation group p / 2.
+  template <int R, int N, bool kFull>
+  static void Step(const BlockQ8_0* const (&w)[R], const A8Quad* const (&a)[N], int64_t p, int64_t nb,
+                   __m256 (&acc)[R][N]) {
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    const __m256i lanes = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    __m256i lo[R], hi[R], start[R];
+    __m256 dw[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8_0* b0 = &w[r][2 * p];
+      const BlockQ8_0* b1 = kFull || 2 * p + 1 < nb ? &w[r][2 * p + 1] : &kZeroQ8Block;
+      lo[r] = LoadHalf(b0, b1, 0);
+      hi[r] = LoadHalf(b0, b1, 1);
+      start[r] = _mm256_sub_epi32(_mm256_setzero_si256(), Dpbusd(Dpbusd(_mm256_setzero_si256(), flip, lo[r]), flip, hi[r]));
+      const uint32_t d16 = static_cast<uint32_t>(b0->d) | static_cast<uint32_t>(b1->d) << 16;
+      dw[r] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d16)))), lanes);
+    }
+    const int h = static_cast<int>(p % 2);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const A8Quad& aq = a[i][p / 2];
+      const __m256i alo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq.lo + 32 * h));
+      const __m256i ahi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq.hi + 32 * h));
+      const __m256 da = _mm256_loadu_ps(aq.d + 8 * h);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256i sum = Dpbusd(Dpbusd(start[r], alo, lo[r]), ahi, hi[r]);
+        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw[r], da), acc[r][i]);
+      }
+    }
+  }
+
+  template <int R, int N>
+  static void Run(const TileArgs& t) {
+    __m256 acc[R][N];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
+    const BlockQ8_0* w[R];
+    const A8Quad* a[N];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const A8Quad*>(t.a + i * t.a_stride);
+    const int64_t nb = Blocks8(t.cols), full = nb / 2;
+    const TilePrefetch pf(t, R, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
+    for (int64_t p = 0; p < full; ++p) {
+      if (N == 1 || t.prefetch) pf.At(p);
+      Step<R, N, true>(w, a, p, nb, acc);
+    }
+    if (nb % 2 != 0) Step<R, N, false>(w, a, full, nb, acc);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) Store(t, r, i, HSum8(acc[r][i]));
+  }
+};
+
+// Impl::Run<R, N> for R = nr in [1, kMaxTileRows] and N = na in [1, kMaxTileActs].
+template <class Impl, int R = 1, int N = 1>
+void Tile(const TileArgs& t) {
+  if constexpr (R < kMaxTileRows) {
+    if (t.nr > R) return Tile<Impl, R + 1, N>(t);
+  }
+  if constexpr (N < kMaxTileActs) {
+    if (t.na > N) return Tile<Impl, R, N + 1>(t);
+  }
+  Impl::template Run<R, N>(t);
+}
+
+// The avxvnni table: the AVX2 table (float formats, activation quantizers, which every table
+// shares bit for bit) with the two integer tiles above.
+MatMulKernels MakeAvxVnniTable(const char* name) {
+  MatMulKernels k = quant_internal::Avx2Kernels();
+  k.name = name;
+  k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl>;
+  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8PairVnniImpl>;
+  k.pack_a8 = &PackA8Quads;
+  k.packed_a8_row_bytes = &PackedA8QuadRowBytes;
+  k.pack_a8k = nullptr;
+  k.packed_a8k_row_bytes = nullptr;
+  // Shapes that fit VEX's 16 ymm registers. Counted in the VEX object (ymm loads and stores
+  // against the stack in each Run<R, N>): Q4_K 1x4, 2x2 and 2x1 none, 1x6 a few in the per-block
+  // tail, 2x3 24, 2x4 47, 1x8 32; Q8_0 1x8 and 2x1 none, 2x2 23, 2x3 47. In a 1-row tile the
+  // weight side (the nibble unpack, the sign-trick start) is amortized over the most activation
+  // rows that fit.
+  k.shape[static_cast<int>(WeightFormat::kQ4K)] = {2, 1, 6, 1, 6};
+  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {2, 1, 8, 1, 8};
+  return k;
+}
+
+}  // namespace
+}  // namespace phi4mm
