@@ -7,10 +7,10 @@
 // has internal linkage (an anonymous namespace), so each copy keeps its own and the linker never
 // mixes them (check_isa_symbols.sh). Include only from those two files.
 //
-// VEX code can address only 16 ymm registers (EVEX has 32), so the avxvnni table's tile shapes are
-// picked to fit 16: a Q4_K tile keeps R*N float accumulators, R*N int32 sums, the two unpacked
-// halves of one weight row and the nibble mask; a Q8_0 tile keeps R*N accumulators and four vectors
-// per weight row.
+// VEX code can address only 16 ymm registers (EVEX has 32): a Q4_K tile keeps R*N float
+// accumulators, R*N int32 sums, the two unpacked halves of one weight row and the nibble mask; a
+// Q8_0 tile keeps R*N accumulators and four vectors per weight row. The avxvnni table's shapes
+// were measured on AVX-VNNI hardware (MakeAvxVnniTable).
 #pragma once
 
 #include <immintrin.h>
@@ -261,13 +261,17 @@ MatMulKernels MakeAvxVnniTable(const char* name) {
   k.packed_a8_row_bytes = &PackedA8QuadRowBytes;
   k.pack_a8k = nullptr;
   k.packed_a8k_row_bytes = nullptr;
-  // Shapes that fit VEX's 16 ymm registers. Counted in the VEX object (ymm loads and stores
-  // against the stack in each Run<R, N>): Q4_K 1x4, 2x2 and 2x1 none, 1x6 a few in the per-block
-  // tail, 2x3 24, 2x4 47, 1x8 32; Q8_0 1x8 and 2x1 none, 2x2 23, 2x3 47. In a 1-row tile the
-  // weight side (the nibble unpack, the sign-trick start) is amortized over the most activation
-  // rows that fit.
-  k.shape[static_cast<int>(WeightFormat::kQ4K)] = {2, 1, 6, 1, 6};
-  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {2, 1, 8, 1, 8};
+  // Shapes measured with the VEX copy on an AVX-VNNI Intel Xeon (Sapphire Rapids class, the core
+  // of Alder Lake's P-cores; TileShape, 1 thread, 16384x3072, GMAC/s, two rounds, AVX2 table in
+  // brackets). Q4_K, 256 rows: 3x3 69 / 75 (53 / 61), 3x4 66 / 72, 4x3 66 / 74, 2x4 61 / 64, 1x6
+  // 53 / 54; 8 rows: 2x8 82 / 85 (62 / 48), 1x8 65 / 85, 2x4 57 / 72; GEMV 2 rows 39 / 43, 4 rows
+  // 31 / 43. Q8_0, 256 rows: 3x3 42 / 46 (27 / 39), 3x4 46 / 39, 2x4 44 / 31, 1x8 42 / 31; 8 rows
+  // 2x8 46 / 40 (32 / 42), 2x4 33 / 42; GEMV 4 rows 23 / 27, 2 rows 17 / 21. The wider shapes
+  // spill a few of their sums to the stack in the VEX object (16 registers: Q4_K 3x3 keeps 9
+  // accumulators and 9 sums), and still beat the 1-row shapes that fit (1x4, 1x6), which redo the
+  // weight side for every activation group and reread every activation row per weight row.
+  k.shape[static_cast<int>(WeightFormat::kQ4K)] = {2, 3, 3, 2, 8};
+  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {4, 3, 3, 2, 8};
   return k;
 }
 
