@@ -8,8 +8,8 @@
 // conversion to Q4_K and Q8_0. EncoderGemm runs the speech and vision encoders' GEMM shapes.
 //   phi4mm_kernels_bench --benchmark_filter=Gemv   (decode only)
 // PHI4MM_BENCH_THREADS=n sets the matmul pool size (default: one thread per core);
-// PHI4MM_BENCH_KERNELS=name runs another kernel table this CPU has (scalar, avx2, avx512) instead
-// of the active one.
+// PHI4MM_BENCH_KERNELS=name runs another kernel table this CPU has (scalar, avx2, avxvnni or
+// avxvnni-evex, avx512, avx512zmm) instead of the active one.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
