@@ -57,6 +57,14 @@ inline __m512 Halves(float lo, float hi) {
 // (flipped activations, a start of -vpdpbusd(0, 128, w)) and the packed layout (A8Quad) are those
 // of the ymm pair tile in vnni_ymm_tiles.h.
 struct Q8QuadVnniImpl {
+  using Acc = __m512;
+  using W = BlockQ8_0;
+  using A = A8Quad;
+  static constexpr int kGroup = 4;
+  static int64_t Blocks(int64_t cols) { return BlocksQ8(cols); }
+  static __m512 Zero() { return _mm512_setzero_ps(); }
+  static float HSum(__m512 v) { return HSum16(v); }
+
   static __m512i LoadHalf(const BlockQ8_0* const (&blk)[4], int h) {
     const auto* p0 = reinterpret_cast<const __m128i*>(blk[0]->qs + 16 * h);
     const auto* p1 = reinterpret_cast<const __m128i*>(blk[1]->qs + 16 * h);
@@ -101,30 +109,7 @@ struct Q8QuadVnniImpl {
   }
 
   template <int R, int N>
-  static void Run(const TileArgs& t) {
-    __m512 acc[R][N];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) acc[r][i] = _mm512_setzero_ps();
-    const BlockQ8_0* w[R];
-    const A8Quad* a[N];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const A8Quad*>(t.a + i * t.a_stride);
-    const int64_t nb = Blocks8(t.cols), full = nb / 4;
-    const TilePrefetch pf(t, R, 4 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
-    for (int64_t q = 0; q < full; ++q) {
-      if (N == 1 || t.prefetch) pf.At(q);
-      Step<R, N, true>(w, a, q, nb, acc);
-    }
-    if (nb % 4 != 0) Step<R, N, false>(w, a, full, nb, acc);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) Store(t, r, i, HSum16(acc[r][i]));
-  }
+  static void Run(const TileArgs& t) { RunTile<Q8QuadVnniImpl, R, N>(t); }
 };
 
 // Q4_K x A8K with vpdpbusd on zmm, two blocks per register, for CPUs that run a 512-bit
@@ -151,12 +136,12 @@ static_assert(sizeof(A8KPair) == 640, "A8KPair must be 640 bytes");
 
 alignas(64) constexpr BlockQ4K kZeroQ4KBlock{};
 
-size_t PackedA8KRowBytes(int64_t cols) { return static_cast<size_t>((Blocks(cols) + 1) / 2) * sizeof(A8KPair); }
+size_t PackedA8KRowBytes(int64_t cols) { return static_cast<size_t>((BlocksQ4K(cols) + 1) / 2) * sizeof(A8KPair); }
 
 void PackA8KPairs(const uint8_t* a8k_row, int64_t cols, uint8_t* out) {
   const BlockA8K* b = reinterpret_cast<const BlockA8K*>(a8k_row);
   A8KPair* o = reinterpret_cast<A8KPair*>(out);
-  const int64_t nb = Blocks(cols);
+  const int64_t nb = BlocksQ4K(cols);
   for (int64_t p = 0; 2 * p < nb; ++p) {
     for (int h = 0; h < 2; ++h) {
       const int64_t blk = 2 * p + h;
@@ -176,80 +161,73 @@ void PackA8KPairs(const uint8_t* a8k_row, int64_t cols, uint8_t* out) {
 }
 
 struct Q4KPairImpl {
-  template <int R, int N>
-  static void Run(const TileArgs& t) {
-    __m512 acc[R][N];
+  using Acc = __m512;
+  using W = BlockQ4K;
+  using A = A8KPair;
+  static constexpr int kGroup = 2;
+  static int64_t Blocks(int64_t cols) { return BlocksQ4K(cols); }
+  static __m512 Zero() { return _mm512_setzero_ps(); }
+  static float HSum(__m512 v) { return HSum16(v); }
+
+  // Pair p = blocks 2p and 2p + 1 (a zero block past an odd row's end).
+  template <int R, int N, bool kFull>
+  static void Step(const BlockQ4K* const (&w)[R], const A8KPair* const (&a)[N], int64_t p, int64_t nb,
+                   __m512 (&acc)[R][N]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const int64_t b = 2 * p;
+    const BlockQ4K* w0[R];
+    const BlockQ4K* w1[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      w0[r] = &w[r][b];
+      w1[r] = kFull || b + 1 < nb ? &w[r][b + 1] : &kZeroQ4KBlock;
+    }
+    __m512i s32[R][N];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) acc[r][i] = _mm512_setzero_ps();
-    const BlockQ4K* w[R];
-    const A8KPair* a[N];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ4K*>(t.w + r * t.w_stride);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const A8KPair*>(t.a + i * t.a_stride);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const int64_t nb = Blocks(t.cols);
-    const TilePrefetch pf(t, R, 2 * R * static_cast<int64_t>(sizeof(BlockQ4K)));
-    for (int64_t p = 0; 2 * p < nb; ++p) {
-      if (N == 1 || t.prefetch) pf.At(p);
-      const int64_t b = 2 * p;
-      const BlockQ4K* w0[R];
-      const BlockQ4K* w1[R];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        w0[r] = &w[r][b];
-        w1[r] = b + 1 < nb ? &w[r][b + 1] : &kZeroQ4KBlock;
-      }
-      __m512i s32[R][N];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-        for (int i = 0; i < N; ++i) s32[r][i] = _mm512_setzero_si512();
+      for (int i = 0; i < N; ++i) s32[r][i] = _mm512_setzero_si512();
 #pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m512i bits = _mm512_inserti64x4(
-              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0[r]->qs + c * 32))),
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w1[r]->qs + c * 32)), 1);
-          const __m512i lo = _mm512_and_si512(bits, m4);
-          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
-#pragma GCC unroll 8
-          for (int i = 0; i < N; ++i) {
-            s32[r][i] = _mm512_dpbusd_epi32(s32[r][i], lo, _mm512_load_si512(a[i][p].qs + c * 128));
-            s32[r][i] = _mm512_dpbusd_epi32(s32[r][i], hi, _mm512_load_si512(a[i][p].qs + c * 128 + 64));
-          }
-        }
-      }
-      __m512 dsc[R], dmn[R];
+    for (int c = 0; c < 4; ++c) {
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        const __m128i sc = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w0[r]->scales)),
-                                              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w1[r]->scales)));
-        const __m128i mn = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w0[r]->mins)),
-                                              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w1[r]->mins)));
-        dsc[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)), Halves(_cvtsh_ss(w0[r]->d), _cvtsh_ss(w1[r]->d)));
-        dmn[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)),
-                               Halves(_cvtsh_ss(w0[r]->dmin), _cvtsh_ss(w1[r]->dmin)));
-      }
+        const __m512i bits = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0[r]->qs + c * 32))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w1[r]->qs + c * 32)), 1);
+        const __m512i lo = _mm512_and_si512(bits, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
 #pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) {
-        const __m512 da = _mm512_load_ps(a[i][p].d);
-        const __m512 bs = _mm512_load_ps(a[i][p].bs);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m512 v = _mm512_fnmadd_ps(dmn[r], bs, _mm512_mul_ps(_mm512_cvtepi32_ps(s32[r][i]), dsc[r]));
-          acc[r][i] = _mm512_fmadd_ps(v, da, acc[r][i]);
+        for (int i = 0; i < N; ++i) {
+          s32[r][i] = _mm512_dpbusd_epi32(s32[r][i], lo, _mm512_load_si512(a[i][p].qs + c * 128));
+          s32[r][i] = _mm512_dpbusd_epi32(s32[r][i], hi, _mm512_load_si512(a[i][p].qs + c * 128 + 64));
         }
       }
     }
+    __m512 dsc[R], dmn[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
+      const __m128i sc = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w0[r]->scales)),
+                                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w1[r]->scales)));
+      const __m128i mn = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w0[r]->mins)),
+                                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w1[r]->mins)));
+      dsc[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)), Halves(_cvtsh_ss(w0[r]->d), _cvtsh_ss(w1[r]->d)));
+      dmn[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)),
+                             Halves(_cvtsh_ss(w0[r]->dmin), _cvtsh_ss(w1[r]->dmin)));
+    }
 #pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) Store(t, r, i, HSum16(acc[r][i]));
+    for (int i = 0; i < N; ++i) {
+      const __m512 da = _mm512_load_ps(a[i][p].d);
+      const __m512 bs = _mm512_load_ps(a[i][p].bs);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 v = _mm512_fnmadd_ps(dmn[r], bs, _mm512_mul_ps(_mm512_cvtepi32_ps(s32[r][i]), dsc[r]));
+        acc[r][i] = _mm512_fmadd_ps(v, da, acc[r][i]);
+      }
+    }
   }
+
+  template <int R, int N>
+  static void Run(const TileArgs& t) { RunTile<Q4KPairImpl, R, N>(t); }
 };
 
 #if !defined(__clang__)

@@ -49,82 +49,110 @@ inline float HSum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-inline int64_t Blocks(int64_t cols) { return (cols + kQ4KBlock - 1) / kQ4KBlock; }
-inline int64_t Blocks8(int64_t cols) { return (cols + kQ8Block - 1) / kQ8Block; }
+inline int64_t BlocksQ4K(int64_t cols) { return (cols + kQ4KBlock - 1) / kQ4KBlock; }
+inline int64_t BlocksQ8(int64_t cols) { return (cols + kQ8Block - 1) / kQ8Block; }
 
-// Q4_K x A8K with vpdpbusd on ymm: per block and (weight row, activation row) 8 vpdpbusd into
-// int32 lanes = sub-blocks (at most 32 * 15 * 127 per lane), then the float tail of the AVX2 tile:
-// acc += (isum * (d*sc) - (dmin*mn) * bsum) * da. Per weight row and 64-position chunk the nibbles
-// are unpacked once (low and high half) and reused for the N activation rows, whose bytes are the
-// memory operands of vpdpbusd. Live registers: R*N int32 sums, R*N float accumulators, 2*R
-// unpacked halves and the nibble mask. Every loop over r and i is unrolled by pragma (here and in
-// the Q8_0 tiles): otherwise GCC keeps acc and s32 as stack arrays and stores them every block
-// (27 stack stores per block in the 3x4 tile before, 6 after; 2x8 on 8 rows, one thread: best
-// 76.7 -> 82.4 GMAC/s, and 83.3 -> 91.3 for 3x4, with the per-tile prefetch distance 87.7 / 92.3).
+// The loop every vpdpbusd tile shares (here and in quant_kernels_avx512.cc): R*N float
+// accumulators, the weight-row and activation-row pointers, then one Impl::Step per group of
+// Impl::kGroup weight blocks (the last group, when the row's block count is not a multiple, with
+// kFull = false: Step reads zero blocks past the end), each group's weight bytes prefetched for a
+// later tile while it runs (GEMV tiles always; batch tiles when t.prefetch), and a horizontal sum
+// per (weight row, activation row). Impl supplies Acc (the float vector), W and A (the weight and
+// activation block types), kGroup, BlocksQ4K(cols), Zero(), HSum(Acc) and Step<R, N, kFull>(w, a, g,
+// nb, acc). Every loop over r and i is unrolled by pragma: otherwise GCC keeps the accumulators as
+// stack arrays and stores them every block (27 stack stores per block in the Q4_K 3x4 tile before,
+// 6 after; 2x8 on 8 rows, one thread: best 76.7 -> 82.4 GMAC/s, and 83.3 -> 91.3 for 3x4, with the
+// per-tile prefetch distance 87.7 / 92.3).
+template <class Impl, int R, int N>
+void RunTile(const TileArgs& t) {
+  using Acc = typename Impl::Acc;
+  Acc acc[R][N];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) acc[r][i] = Impl::Zero();
+  const typename Impl::W* w[R];
+  const typename Impl::A* a[N];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const typename Impl::W*>(t.w + r * t.w_stride);
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const typename Impl::A*>(t.a + i * t.a_stride);
+  constexpr int G = Impl::kGroup;
+  const int64_t nb = Impl::Blocks(t.cols), full = nb / G;
+  const TilePrefetch pf(t, R, G * R * static_cast<int64_t>(sizeof(typename Impl::W)));
+  for (int64_t g = 0; g < full; ++g) {
+    if (N == 1 || t.prefetch) pf.At(g);
+    Impl::template Step<R, N, true>(w, a, g, nb, acc);
+  }
+  if (nb % G != 0) Impl::template Step<R, N, false>(w, a, full, nb, acc);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) Store(t, r, i, Impl::HSum(acc[r][i]));
+}
+
+// Q4_K x A8K with vpdpbusd on ymm, one block per step: per (weight row, activation row) 8
+// vpdpbusd into int32 lanes = sub-blocks (at most 32 * 15 * 127 per lane), then the float tail of
+// the AVX2 tile: acc += (isum * (d*sc) - (dmin*mn) * bsum) * da. Per weight row and 64-position
+// chunk the nibbles are unpacked once (low and high half) and reused for the N activation rows,
+// whose bytes are the memory operands of vpdpbusd. Live registers: R*N int32 sums, R*N float
+// accumulators, 2*R unpacked halves and the nibble mask.
 struct Q4KVnniImpl {
-  template <int R, int N>
-  static void Run(const TileArgs& t) {
-    __m256 acc[R][N];
+  using Acc = __m256;
+  using W = BlockQ4K;
+  using A = BlockA8K;
+  static constexpr int kGroup = 1;
+  static int64_t Blocks(int64_t cols) { return BlocksQ4K(cols); }
+  static __m256 Zero() { return _mm256_setzero_ps(); }
+  static float HSum(__m256 v) { return HSum8(v); }
+
+  template <int R, int N, bool kFull>
+  static void Step(const BlockQ4K* const (&w)[R], const BlockA8K* const (&a)[N], int64_t b, int64_t,
+                   __m256 (&acc)[R][N]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i s32[R][N];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
-    const BlockQ4K* w[R];
-    const BlockA8K* a[N];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ4K*>(t.w + r * t.w_stride);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8K*>(t.a + i * t.a_stride);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const int64_t nb = Blocks(t.cols);
-    const TilePrefetch pf(t, R, R * static_cast<int64_t>(sizeof(BlockQ4K)));
-    for (int64_t b = 0; b < nb; ++b) {
-      if (N == 1 || t.prefetch) pf.At(b);
-      __m256i s32[R][N];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-        for (int i = 0; i < N; ++i) s32[r][i] = _mm256_setzero_si256();
+      for (int i = 0; i < N; ++i) s32[r][i] = _mm256_setzero_si256();
 #pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs + c * 32));
-          const __m256i lo = _mm256_and_si256(bits, m4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-#pragma GCC unroll 8
-          for (int i = 0; i < N; ++i) {
-            const __m256i* aq = reinterpret_cast<const __m256i*>(a[i][b].qs + c * 64);
-            s32[r][i] = Dpbusd(s32[r][i], lo, _mm256_loadu_si256(aq));
-            s32[r][i] = Dpbusd(s32[r][i], hi, _mm256_loadu_si256(aq + 1));
-          }
-        }
-      }
-      __m256 dsc[R], dmn[R];
+    for (int c = 0; c < 4; ++c) {
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].scales)));
-        const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].mins)));
-        dsc[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(sc), _mm256_set1_ps(_cvtsh_ss(w[r][b].d)));
-        dmn[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(_cvtsh_ss(w[r][b].dmin)));
-      }
+        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r][b].qs + c * 32));
+        const __m256i lo = _mm256_and_si256(bits, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
 #pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) {
-        const __m256 da = _mm256_broadcast_ss(&a[i][b].d);
-        const __m256 bs = _mm256_cvtepi32_ps(
-            _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i][b].bsums))));
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m256 v = _mm256_fnmadd_ps(dmn[r], bs, _mm256_mul_ps(_mm256_cvtepi32_ps(s32[r][i]), dsc[r]));
-          acc[r][i] = _mm256_fmadd_ps(v, da, acc[r][i]);
+        for (int i = 0; i < N; ++i) {
+          const __m256i* aq = reinterpret_cast<const __m256i*>(a[i][b].qs + c * 64);
+          s32[r][i] = Dpbusd(s32[r][i], lo, _mm256_loadu_si256(aq));
+          s32[r][i] = Dpbusd(s32[r][i], hi, _mm256_loadu_si256(aq + 1));
         }
       }
     }
+    __m256 dsc[R], dmn[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
+      const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].scales)));
+      const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].mins)));
+      dsc[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(sc), _mm256_set1_ps(_cvtsh_ss(w[r][b].d)));
+      dmn[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(_cvtsh_ss(w[r][b].dmin)));
+    }
 #pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) Store(t, r, i, HSum8(acc[r][i]));
+    for (int i = 0; i < N; ++i) {
+      const __m256 da = _mm256_broadcast_ss(&a[i][b].d);
+      const __m256 bs = _mm256_cvtepi32_ps(
+          _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i][b].bsums))));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256 v = _mm256_fnmadd_ps(dmn[r], bs, _mm256_mul_ps(_mm256_cvtepi32_ps(s32[r][i]), dsc[r]));
+        acc[r][i] = _mm256_fmadd_ps(v, da, acc[r][i]);
+      }
+    }
   }
+
+  template <int R, int N>
+  static void Run(const TileArgs& t) { RunTile<Q4KVnniImpl, R, N>(t); }
 };
 
 // The activation layout of the vpdpbusd Q8_0 tiles (MatMulKernels::pack_a8 of the avxvnni and
@@ -142,12 +170,12 @@ struct A8Quad {
 };
 static_assert(sizeof(A8Quad) == 192, "A8Quad must be 192 bytes (three cache lines)");
 
-size_t PackedA8QuadRowBytes(int64_t cols) { return static_cast<size_t>((Blocks8(cols) + 3) / 4) * sizeof(A8Quad); }
+size_t PackedA8QuadRowBytes(int64_t cols) { return static_cast<size_t>((BlocksQ8(cols) + 3) / 4) * sizeof(A8Quad); }
 
 void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
   const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
   A8Quad* o = reinterpret_cast<A8Quad*>(out);
-  const int64_t nb = Blocks8(cols);
+  const int64_t nb = BlocksQ8(cols);
   for (int64_t q = 0; 4 * q < nb; ++q)
     for (int k = 0; k < 4; ++k) {
       const int64_t blk = 4 * q + k;
@@ -173,6 +201,14 @@ alignas(64) constexpr BlockQ8_0 kZeroQ8Block{};
 // row and pair of blocks. Every (weight row, activation row) pair runs the same steps whatever the
 // tile shape, so a row's result does not depend on the batch.
 struct Q8PairVnniImpl {
+  using Acc = __m256;
+  using W = BlockQ8_0;
+  using A = A8Quad;
+  static constexpr int kGroup = 2;
+  static int64_t Blocks(int64_t cols) { return BlocksQ8(cols); }
+  static __m256 Zero() { return _mm256_setzero_ps(); }
+  static float HSum(__m256 v) { return HSum8(v); }
+
   static __m256i LoadHalf(const BlockQ8_0* b0, const BlockQ8_0* b1, int h) {
     return _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(b1->qs + 16 * h),
                                reinterpret_cast<const __m128i*>(b0->qs + 16 * h));
@@ -212,30 +248,7 @@ struct Q8PairVnniImpl {
   }
 
   template <int R, int N>
-  static void Run(const TileArgs& t) {
-    __m256 acc[R][N];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
-    const BlockQ8_0* w[R];
-    const A8Quad* a[N];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const A8Quad*>(t.a + i * t.a_stride);
-    const int64_t nb = Blocks8(t.cols), full = nb / 2;
-    const TilePrefetch pf(t, R, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
-    for (int64_t p = 0; p < full; ++p) {
-      if (N == 1 || t.prefetch) pf.At(p);
-      Step<R, N, true>(w, a, p, nb, acc);
-    }
-    if (nb % 2 != 0) Step<R, N, false>(w, a, full, nb, acc);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) Store(t, r, i, HSum8(acc[r][i]));
-  }
+  static void Run(const TileArgs& t) { RunTile<Q8PairVnniImpl, R, N>(t); }
 };
 
 // Impl::Run<R, N> for R = nr in [1, kMaxTileRows] and N = na in [1, kMaxTileActs].
