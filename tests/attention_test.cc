@@ -13,6 +13,8 @@
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/attention.h"
 #include "phi4mm/kernels/isa.h"
+#include "phi4mm/kernels/speech_ops.h"
+#include "phi4mm/base/thread_pool.h"
 #include "test_util.h"
 
 namespace phi4mm {
@@ -246,6 +248,61 @@ TEST(AttentionQ8, RowFormatRoundTripsWithinHalfAStep) {
   EXPECT_EQ(ParseKvDType("q8"), KvDType::kQ8);
   EXPECT_STREQ(KvDTypeName(KvDType::kQ8), "q8");
   EXPECT_FALSE(ParseKvDType("q4").has_value());
+}
+
+
+// The speech encoder's attention (speech_ops.h) runs on the row kernels of the process's ISA (CI
+// runs this with the best table and with PHI4MM_ISA=scalar): against a double-precision reference,
+// with and without the relative bias and the mask, a query with no allowed key (zeros), and
+// lengths that leave a partial group of queries.
+TEST(SpeechAttention, RelBiasMatchesNaiveReference) {
+  ThreadPool pool(3);
+  for (int64_t L : {1, 5, 16, 37}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const int64_t H = 3, D = 24, W = H * D;
+      const std::vector<float> q = test::Gaussian(static_cast<size_t>(L * W), 11 + static_cast<uint32_t>(L), 1.0f);
+      const std::vector<float> k = test::Gaussian(static_cast<size_t>(L * W), 23 + static_cast<uint32_t>(L), 1.0f);
+      const std::vector<float> v = test::Gaussian(static_cast<size_t>(L * W), 37 + static_cast<uint32_t>(L), 1.0f);
+      const std::vector<float> bias = test::Gaussian(static_cast<size_t>(H * (2 * L - 1)), 5, 2.0f);
+      std::vector<uint8_t> allowed(static_cast<size_t>(L * L));
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = 0; j < L; ++j) allowed[i * L + j] = (j / 4 <= i / 4 + 1) && i != 2;  // chunks; query 2 sees none
+      const bool use_bias = variant != 1, use_mask = variant != 0;
+      RelBiasAttentionShape shape;
+      shape.seq = L;
+      shape.n_heads = H;
+      shape.head_dim = D;
+      shape.scale = 0.2f;
+      std::vector<float> out(static_cast<size_t>(L * W), 7.0f);
+      RelBiasSelfAttention(q.data(), k.data(), v.data(), use_bias ? bias.data() : nullptr,
+                           use_mask ? allowed.data() : nullptr, shape, out.data(), variant == 2 ? &pool : nullptr);
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < L; ++i) {
+          std::vector<double> p(static_cast<size_t>(L), 0.0);
+          double mx = -1e300;
+          bool any = false;
+          for (int64_t j = 0; j < L; ++j) {
+            if (use_mask && !allowed[i * L + j]) continue;
+            double dot = 0;
+            for (int64_t d = 0; d < D; ++d) dot += double{q[i * W + h * D + d]} * k[j * W + h * D + d];
+            p[j] = dot * shape.scale + (use_bias ? bias[h * (2 * L - 1) + (j - i + L - 1)] : 0.0);
+            mx = std::max(mx, p[j]);
+            any = true;
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < L; ++j) {
+            p[j] = (use_mask && !allowed[i * L + j]) ? 0.0 : std::exp(p[j] - mx);
+            sum += p[j];
+          }
+          for (int64_t d = 0; d < D; ++d) {
+            double want = 0;
+            if (any)
+              for (int64_t j = 0; j < L; ++j) want += p[j] / sum * v[j * W + h * D + d];
+            ASSERT_NEAR(out[i * W + h * D + d], want, 2e-5) << "L=" << L << " variant=" << variant << " h=" << h << " i=" << i;
+          }
+        }
+    }
+  }
 }
 
 }  // namespace
