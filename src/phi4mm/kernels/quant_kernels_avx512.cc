@@ -6,7 +6,7 @@
 //    on them;
 //  - "avx512": the avxvnni table's Q4_K tile (with 32 registers, so up to 8 activation rows per
 //    tile: a batched decode step of 8 sequences unpacks each weight row once) and a Q8_0 tile that
-//    works on four blocks per zmm over the same packed activations (pack_a8);
+//    works on four blocks per zmm over activations packed for it (pack_a8);
 //  - "avx512zmm" (CPUs with full-rate 512-bit vpdpbusd): the Q4_K tile holds two blocks per zmm,
 //    over activations packed for it; it shares the Q8_0 tile.
 // The float formats and the activation quantizers are the AVX2 table's.
@@ -41,6 +41,37 @@ inline __m512 Halves(float lo, float hi) {
       _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(lo)), _mm256_castps_pd(_mm256_set1_ps(hi)), 1));
 }
 
+// The zmm Q8_0 tile's activation layout (MatMulKernels::pack_a8 of both avx512 tables): per group
+// of four A8 blocks, bytes 0-15 of the four blocks (block k at bytes 16k..16k+15), then their bytes
+// 16-31 the same way, both with the sign bit flipped (a ^ 0x80 = a + 128, unsigned, for vpdpbusd),
+// then each block's scale on its four int32 lanes. A missing last block is a zero block with scale
+// 0. Packing once per matrix product takes the per-activation-row work (loads, inserts, the flip,
+// the scale broadcasts) out of every weight-row tile.
+struct A8Quad {
+  uint8_t lo[64];
+  uint8_t hi[64];
+  float d[16];
+};
+static_assert(sizeof(A8Quad) == 192, "A8Quad must be 192 bytes (three cache lines)");
+
+size_t PackedA8QuadRowBytes(int64_t cols) { return static_cast<size_t>((BlocksQ8(cols) + 3) / 4) * sizeof(A8Quad); }
+
+void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
+  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
+  A8Quad* o = reinterpret_cast<A8Quad*>(out);
+  const int64_t nb = BlocksQ8(cols);
+  for (int64_t q = 0; 4 * q < nb; ++q)
+    for (int k = 0; k < 4; ++k) {
+      const int64_t blk = 4 * q + k;
+      const bool in = blk < nb;
+      for (int j = 0; j < 16; ++j) {
+        o[q].lo[16 * k + j] = static_cast<uint8_t>((in ? static_cast<uint8_t>(b[blk].qs[j]) : 0) ^ 0x80);
+        o[q].hi[16 * k + j] = static_cast<uint8_t>((in ? static_cast<uint8_t>(b[blk].qs[16 + j]) : 0) ^ 0x80);
+      }
+      for (int j = 0; j < 4; ++j) o[q].d[4 * k + j] = in ? b[blk].d : 0.0f;
+    }
+}
+
 // The Q8_0 tile of both avx512 tables: vpdpbusd on zmm, four blocks per register. Each weight
 // vector holds the same half (bytes 0-15 or 16-31) of four blocks, block k in lanes 4k..4k+3, so
 // the two vpdpbusd of a (weight row, activation row) leave each block's sum in its own four lanes
@@ -54,8 +85,8 @@ inline __m512 Halves(float lo, float hi) {
 // side (four 16-byte loads and two inserts per vector, the sign-trick start, the four scales) is
 // built once per weight row and four blocks. Every (weight row, activation row) pair runs the same
 // steps whatever the tile shape, so a row's result does not depend on the batch. The sign trick
-// (flipped activations, a start of -vpdpbusd(0, 128, w)) and the packed layout (A8Quad) are those
-// of the ymm pair tile in vnni_ymm_tiles.h.
+// (flipped activations, a start of -vpdpbusd(0, 128, w)) is that of the ymm tile in
+// vnni_ymm_tiles.h.
 struct Q8QuadVnniImpl {
   using Acc = __m512;
   using W = BlockQ8_0;
@@ -237,6 +268,8 @@ struct Q4KPairImpl {
 MatMulKernels MakeAvx512() {
   MatMulKernels k = MakeAvxVnniTable("avx512");
   k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8QuadVnniImpl>;
+  k.pack_a8 = &PackA8Quads;
+  k.packed_a8_row_bytes = &PackedA8QuadRowBytes;
   // TileShape bench (1 thread, 16384x3072, n = 256; GMAC/s): 4x3 87, 3x3 83, 3x4 83, 4x4 79,
   // 2x4 71. GEMV: 4 rows 47, 2 rows 44, 1 row 40. A zmm variant (vpdpbusd on 64 positions, the
   // two halves folded per block) measured 79 at its best shape (4x4) and was dropped.

@@ -9,8 +9,8 @@
 //
 // VEX code can address only 16 ymm registers (EVEX has 32): a Q4_K tile keeps R*N float
 // accumulators, R*N int32 sums, the two unpacked halves of one weight row and the nibble mask; a
-// Q8_0 tile keeps R*N accumulators and four vectors per weight row. The avxvnni table's shapes
-// were measured on AVX-VNNI hardware (MakeAvxVnniTable).
+// Q8_0 tile keeps R*N accumulators and, per weight row, four weight vectors, two starts and the
+// scales. The avxvnni table's shapes were measured on AVX-VNNI hardware (MakeAvxVnniTable).
 #pragma once
 
 #include <immintrin.h>
@@ -155,56 +155,57 @@ struct Q4KVnniImpl {
   static void Run(const TileArgs& t) { RunTile<Q4KVnniImpl, R, N>(t); }
 };
 
-// The activation layout of the vpdpbusd Q8_0 tiles (MatMulKernels::pack_a8 of the avxvnni and
-// avx512 tables): per group of four A8 blocks, bytes 0-15 of the four blocks (block k at bytes
-// 16k..16k+15), then their bytes 16-31 the same way, both with the sign bit flipped (a ^ 0x80 =
-// a + 128, unsigned, for vpdpbusd), then each block's scale on its four int32 lanes. A missing last
-// block is a zero block with scale 0. The zmm tile reads each half as one register (four blocks),
-// the ymm tile as two (blocks 0-1 and 2-3). Packing once per matrix product takes the
-// per-activation-row work (loads, inserts, the flip, the scale broadcasts) out of every weight-row
-// tile.
-struct A8Quad {
-  uint8_t lo[64];
-  uint8_t hi[64];
-  float d[16];
-};
-static_assert(sizeof(A8Quad) == 192, "A8Quad must be 192 bytes (three cache lines)");
-
-size_t PackedA8QuadRowBytes(int64_t cols) { return static_cast<size_t>((BlocksQ8(cols) + 3) / 4) * sizeof(A8Quad); }
-
-void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
-  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
-  A8Quad* o = reinterpret_cast<A8Quad*>(out);
-  const int64_t nb = BlocksQ8(cols);
-  for (int64_t q = 0; 4 * q < nb; ++q)
-    for (int k = 0; k < 4; ++k) {
-      const int64_t blk = 4 * q + k;
-      const bool in = blk < nb;
-      for (int j = 0; j < 16; ++j) {
-        o[q].lo[16 * k + j] = static_cast<uint8_t>((in ? static_cast<uint8_t>(b[blk].qs[j]) : 0) ^ 0x80);
-        o[q].hi[16 * k + j] = static_cast<uint8_t>((in ? static_cast<uint8_t>(b[blk].qs[16 + j]) : 0) ^ 0x80);
-      }
-      for (int j = 0; j < 4; ++j) o[q].d[4 * k + j] = in ? b[blk].d : 0.0f;
-    }
-}
-
 alignas(64) constexpr BlockQ8_0 kZeroQ8Block{};
 
-// Q8_0 x A8 with vpdpbusd on ymm, two blocks per register: each weight vector holds the same half
-// (bytes 0-15 or 16-31) of blocks b and b + 1, so the two vpdpbusd of a (weight row, activation
-// row) leave each block's sum in its own four lanes, and the float tail (convert, scale product,
-// FMA) runs once per two blocks: 2 vpdpbusd and 3 float operations per 64 multiply-adds, the ratio
-// of the zmm four-block tile of the avx512 tables. vpdpbusd multiplies unsigned by signed bytes:
-// the activations come flipped (A8Quad), and each weight row's sum starts at -vpdpbusd(0, 128, w)
-// so that vpdpbusd(start, a + 128, w) is exactly sum(w * a) (at most 8 * 255 * 127 per lane). The
-// weight side (two 16-byte loads per vector, the start, the two scales) is built once per weight
-// row and pair of blocks. Every (weight row, activation row) pair runs the same steps whatever the
-// tile shape, so a row's result does not depend on the batch.
-struct Q8PairVnniImpl {
+// The ymm Q8_0 tile's activation layout (MatMulKernels::pack_a8 of the avxvnni table): per group
+// of four A8 blocks, four 32-byte vectors that each hold the same half of two blocks, (b0 0:16 |
+// b1 0:16), (b0 16:32 | b1 16:32), (b2 0:16 | b3 0:16), (b2 16:32 | b3 16:32), with the sign bit
+// flipped (a + 128, unsigned, for vpdpbusd), then the four scales in the lane order of the folded
+// sums: d0 d0 d2 d2 d1 d1 d3 d3. A missing last block is a zero block with scale 0.
+struct A8Fold {
+  uint8_t qs[128];
+  float d[8];
+};
+static_assert(sizeof(A8Fold) == 160, "A8Fold must be 160 bytes");
+
+size_t PackedA8FoldRowBytes(int64_t cols) { return static_cast<size_t>((BlocksQ8(cols) + 3) / 4) * sizeof(A8Fold); }
+
+void PackA8Folds(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
+  static constexpr int kScaleBlock[8] = {0, 0, 2, 2, 1, 1, 3, 3};
+  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
+  A8Fold* o = reinterpret_cast<A8Fold*>(out);
+  const int64_t nb = BlocksQ8(cols);
+  for (int64_t q = 0; 4 * q < nb; ++q) {
+    for (int l = 0; l < 8; ++l) o[q].d[l] = 4 * q + kScaleBlock[l] < nb ? b[4 * q + kScaleBlock[l]].d : 0.0f;
+    for (int k = 0; k < 4; ++k) {
+      const int64_t blk = 4 * q + k;
+      for (int h = 0; h < 2; ++h)
+        for (int j = 0; j < 16; ++j) {
+          const uint8_t x = blk < nb ? static_cast<uint8_t>(b[blk].qs[16 * h + j]) : 0;
+          o[q].qs[32 * (2 * (k / 2) + h) + 16 * (k % 2) + j] = static_cast<uint8_t>(x ^ 0x80);
+        }
+    }
+  }
+}
+
+// Q8_0 x A8 with vpdpbusd on ymm, four blocks per step. Each weight vector holds the same half
+// (bytes 0-15 or 16-31) of two blocks, so the two vpdpbusd of a (weight row, activation row) and
+// pair of blocks leave each block's sum in its own four lanes; one vphaddd then folds the two
+// pairs' sums into one vector that holds each of the four blocks in two lanes, and the float tail
+// (convert, scale product, FMA) runs once per four blocks: per 128 multiply-adds 4 vpdpbusd, 1
+// vphaddd and 3 float operations. Without the fold (one tail per pair, 4 vpdpbusd and 6 float
+// operations on the same multiply pipes) the tile measured 22-75 % slower on the AVX-VNNI Xeon
+// (MakeAvxVnniTable). vpdpbusd multiplies unsigned by signed bytes: the activations come flipped
+// (A8Fold), and each weight pair's sum starts at -vpdpbusd(0, 128, w), so that vpdpbusd(start,
+// a + 128, w) is exactly sum(w * a) (at most 8 * 255 * 127 per lane). The weight side (two 16-byte
+// loads per vector, the starts, the four scales) is built once per weight row and four blocks.
+// Every (weight row, activation row) pair runs the same steps whatever the tile shape, so a row's
+// result does not depend on the batch.
+struct Q8FoldVnniImpl {
   using Acc = __m256;
   using W = BlockQ8_0;
-  using A = A8Quad;
-  static constexpr int kGroup = 2;
+  using A = A8Fold;
+  static constexpr int kGroup = 4;
   static int64_t Blocks(int64_t cols) { return BlocksQ8(cols); }
   static __m256 Zero() { return _mm256_setzero_ps(); }
   static float HSum(__m256 v) { return HSum8(v); }
@@ -214,41 +215,53 @@ struct Q8PairVnniImpl {
                                reinterpret_cast<const __m128i*>(b0->qs + 16 * h));
   }
 
-  // Pair p = blocks 2p and 2p + 1: half p % 2 of activation group p / 2.
   template <int R, int N, bool kFull>
-  static void Step(const BlockQ8_0* const (&w)[R], const A8Quad* const (&a)[N], int64_t p, int64_t nb,
+  static void Step(const BlockQ8_0* const (&w)[R], const A8Fold* const (&a)[N], int64_t q, int64_t nb,
                    __m256 (&acc)[R][N]) {
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-    const __m256i lanes = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-    __m256i lo[R], hi[R], start[R];
+    const __m256i lanes = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
+    __m256i wv[R][4], start[R][2];
     __m256 dw[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const BlockQ8_0* b0 = &w[r][2 * p];
-      const BlockQ8_0* b1 = kFull || 2 * p + 1 < nb ? &w[r][2 * p + 1] : &kZeroQ8Block;
-      lo[r] = LoadHalf(b0, b1, 0);
-      hi[r] = LoadHalf(b0, b1, 1);
-      start[r] = _mm256_sub_epi32(_mm256_setzero_si256(), Dpbusd(Dpbusd(_mm256_setzero_si256(), flip, lo[r]), flip, hi[r]));
-      const uint32_t d16 = static_cast<uint32_t>(b0->d) | static_cast<uint32_t>(b1->d) << 16;
-      dw[r] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d16)))), lanes);
+      const BlockQ8_0* blk[4];
+      uint64_t d16 = 0;  // the four f16 scales, gathered in a general register
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        blk[k] = kFull || 4 * q + k < nb ? &w[r][4 * q + k] : &kZeroQ8Block;
+        d16 |= static_cast<uint64_t>(blk[k]->d) << (16 * k);
+      }
+#pragma GCC unroll 2
+      for (int pr = 0; pr < 2; ++pr) {
+        wv[r][2 * pr] = LoadHalf(blk[2 * pr], blk[2 * pr + 1], 0);
+        wv[r][2 * pr + 1] = LoadHalf(blk[2 * pr], blk[2 * pr + 1], 1);
+        start[r][pr] = _mm256_sub_epi32(
+            _mm256_setzero_si256(), Dpbusd(Dpbusd(_mm256_setzero_si256(), flip, wv[r][2 * pr]), flip, wv[r][2 * pr + 1]));
+      }
+      dw[r] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(d16)))),
+                                       lanes);
     }
-    const int h = static_cast<int>(p % 2);
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
-      const A8Quad& aq = a[i][p / 2];
-      const __m256i alo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq.lo + 32 * h));
-      const __m256i ahi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq.hi + 32 * h));
-      const __m256 da = _mm256_loadu_ps(aq.d + 8 * h);
+      const A8Fold& aq = a[i][q];
+      const __m256 da = _mm256_loadu_ps(aq.d);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        const __m256i sum = Dpbusd(Dpbusd(start[r], alo, lo[r]), ahi, hi[r]);
-        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw[r], da), acc[r][i]);
+        __m256i sum[2];
+#pragma GCC unroll 2
+        for (int pr = 0; pr < 2; ++pr) {
+          const __m256i* av = reinterpret_cast<const __m256i*>(aq.qs + 64 * pr);
+          sum[pr] = Dpbusd(Dpbusd(start[r][pr], _mm256_loadu_si256(av), wv[r][2 * pr]), _mm256_loadu_si256(av + 1),
+                           wv[r][2 * pr + 1]);
+        }
+        const __m256i folded = _mm256_hadd_epi32(sum[0], sum[1]);  // d0 d0 d2 d2 d1 d1 d3 d3
+        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(folded), _mm256_mul_ps(dw[r], da), acc[r][i]);
       }
     }
   }
 
   template <int R, int N>
-  static void Run(const TileArgs& t) { RunTile<Q8PairVnniImpl, R, N>(t); }
+  static void Run(const TileArgs& t) { RunTile<Q8FoldVnniImpl, R, N>(t); }
 };
 
 // Impl::Run<R, N> for R = nr in [1, kMaxTileRows] and N = na in [1, kMaxTileActs].
@@ -269,22 +282,23 @@ MatMulKernels MakeAvxVnniTable(const char* name) {
   MatMulKernels k = quant_internal::Avx2Kernels();
   k.name = name;
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl>;
-  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8PairVnniImpl>;
-  k.pack_a8 = &PackA8Quads;
-  k.packed_a8_row_bytes = &PackedA8QuadRowBytes;
+  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8FoldVnniImpl>;
+  k.pack_a8 = &PackA8Folds;
+  k.packed_a8_row_bytes = &PackedA8FoldRowBytes;
   k.pack_a8k = nullptr;
   k.packed_a8k_row_bytes = nullptr;
   // Shapes measured with the VEX copy on an AVX-VNNI Intel Xeon (Sapphire Rapids class, the core
-  // of Alder Lake's P-cores; TileShape, 1 thread, 16384x3072, GMAC/s, two rounds, AVX2 table in
-  // brackets). Q4_K, 256 rows: 3x3 69 / 75 (53 / 61), 3x4 66 / 72, 4x3 66 / 74, 2x4 61 / 64, 1x6
-  // 53 / 54; 8 rows: 2x8 82 / 85 (62 / 48), 1x8 65 / 85, 2x4 57 / 72; GEMV 2 rows 39 / 43, 4 rows
-  // 31 / 43. Q8_0, 256 rows: 3x3 42 / 46 (27 / 39), 3x4 46 / 39, 2x4 44 / 31, 1x8 42 / 31; 8 rows
-  // 2x8 46 / 40 (32 / 42), 2x4 33 / 42; GEMV 4 rows 23 / 27, 2 rows 17 / 21. The wider shapes
-  // spill a few of their sums to the stack in the VEX object (16 registers: Q4_K 3x3 keeps 9
-  // accumulators and 9 sums), and still beat the 1-row shapes that fit (1x4, 1x6), which redo the
-  // weight side for every activation group and reread every activation row per weight row.
+  // of Alder Lake's P-cores; TileShape, 1 thread, 16384x3072, GMAC/s, two or three rounds, AVX2
+  // table in brackets). Q4_K, 256 rows: 3x3 69 / 75 (53 / 61), 3x4 66 / 72, 4x3 66 / 74, 2x4 61 /
+  // 64, 1x6 53 / 54; 8 rows: 2x8 82 / 85 (62 / 48), 1x8 65 / 85, 2x4 57 / 72; GEMV 2 rows 39 / 43,
+  // 4 rows 31 / 43. Q8_0 (the folded tile), 256 rows: 3x3 51 / 42 / 50 (27 / 39), 3x4 52 / 35 / 54,
+  // 4x3 49 / 26 / 50, 1x8 48 / 46 / 37; 8 rows: 2x8 54 / 70 / 71 (32 / 42), 1x8 52 / 48 / 71; GEMV
+  // 2 rows 24 / 14 / 25, 4 rows 19 / 14 / 25. The wider shapes spill some sums and weight vectors
+  // to the stack in the VEX object (16 registers: Q4_K 3x3 keeps 9 accumulators and 9 sums), and
+  // still beat the 1-row shapes that fit, which redo the weight side for every activation group
+  // and reread every activation row per weight row.
   k.shape[static_cast<int>(WeightFormat::kQ4K)] = {2, 3, 3, 2, 8};
-  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {4, 3, 3, 2, 8};
+  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {2, 3, 3, 2, 8};
   return k;
 }
 
