@@ -114,12 +114,7 @@ struct Q8QuadVnniImpl {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const BlockQ8_0* blk[4];
-      uint64_t d16 = 0;  // the four f16 scales, gathered in a general register
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        blk[k] = kFull || 4 * q + k < nb ? &w[r][4 * q + k] : &kZeroQ8Block;
-        d16 |= static_cast<uint64_t>(blk[k]->d) << (16 * k);
-      }
+      const uint64_t d16 = QuadBlocks<kFull>(w[r], q, nb, blk);
       lo[r] = LoadHalf(blk, 0);
       hi[r] = LoadHalf(blk, 1);
       start[r] = _mm512_sub_epi32(_mm512_setzero_si512(),

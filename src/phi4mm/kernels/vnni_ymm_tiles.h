@@ -157,6 +157,19 @@ struct Q4KVnniImpl {
 
 alignas(64) constexpr BlockQ8_0 kZeroQ8Block{};
 
+// Blocks 4q..4q+3 of a Q8_0 weight row into blk (zero blocks past the row's nb blocks unless
+// kFull), and their four f16 scales gathered in one general register (block k's in bits 16k..16k+15).
+template <bool kFull>
+inline uint64_t QuadBlocks(const BlockQ8_0* row, int64_t q, int64_t nb, const BlockQ8_0* (&blk)[4]) {
+  uint64_t d16 = 0;
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    blk[k] = kFull || 4 * q + k < nb ? &row[4 * q + k] : &kZeroQ8Block;
+    d16 |= static_cast<uint64_t>(blk[k]->d) << (16 * k);
+  }
+  return d16;
+}
+
 // The ymm Q8_0 tile's activation layout (MatMulKernels::pack_a8 of the avxvnni table): per group
 // of four A8 blocks, four 32-byte vectors that each hold the same half of two blocks, (b0 0:16 |
 // b1 0:16), (b0 16:32 | b1 16:32), (b2 0:16 | b3 0:16), (b2 16:32 | b3 16:32), with the sign bit
@@ -225,12 +238,7 @@ struct Q8FoldVnniImpl {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const BlockQ8_0* blk[4];
-      uint64_t d16 = 0;  // the four f16 scales, gathered in a general register
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        blk[k] = kFull || 4 * q + k < nb ? &w[r][4 * q + k] : &kZeroQ8Block;
-        d16 |= static_cast<uint64_t>(blk[k]->d) << (16 * k);
-      }
+      const uint64_t d16 = QuadBlocks<kFull>(w[r], q, nb, blk);
 #pragma GCC unroll 2
       for (int pr = 0; pr < 2; ++pr) {
         wv[r][2 * pr] = LoadHalf(blk[2 * pr], blk[2 * pr + 1], 0);
