@@ -266,7 +266,9 @@ TEST(SpeechAttention, RelBiasMatchesNaiveReference) {
       const std::vector<float> bias = test::Gaussian(static_cast<size_t>(H * (2 * L - 1)), 5, 2.0f);
       std::vector<uint8_t> allowed(static_cast<size_t>(L * L));
       for (int64_t i = 0; i < L; ++i)
-        for (int64_t j = 0; j < L; ++j) allowed[i * L + j] = (j / 4 <= i / 4 + 1) && i != 2;  // chunks; query 2 sees none
+        for (int64_t j = 0; j < L; ++j) {
+          allowed[i * L + j] = (j / 4 <= i / 4 + 1) && i != 2;  // chunks of 4; query 2 sees no key
+        }
       const bool use_bias = variant != 1, use_mask = variant != 0;
       RelBiasAttentionShape shape;
       shape.seq = L;
@@ -298,7 +300,8 @@ TEST(SpeechAttention, RelBiasMatchesNaiveReference) {
             double want = 0;
             if (any)
               for (int64_t j = 0; j < L; ++j) want += p[j] / sum * v[j * W + h * D + d];
-            ASSERT_NEAR(out[i * W + h * D + d], want, 2e-5) << "L=" << L << " variant=" << variant << " h=" << h << " i=" << i;
+            ASSERT_NEAR(out[i * W + h * D + d], want, 2e-5)
+                << "L=" << L << " variant=" << variant << " h=" << h << " i=" << i;
           }
         }
     }

@@ -58,7 +58,7 @@ inline int64_t BlocksQ8(int64_t cols) { return (cols + kQ8Block - 1) / kQ8Block;
 // kFull = false: Step reads zero blocks past the end), each group's weight bytes prefetched for a
 // later tile while it runs (GEMV tiles always; batch tiles when t.prefetch), and a horizontal sum
 // per (weight row, activation row). Impl supplies Acc (the float vector), W and A (the weight and
-// activation block types), kGroup, BlocksQ4K(cols), Zero(), HSum(Acc) and Step<R, N, kFull>(w, a, g,
+// activation block types), kGroup, Blocks(cols), Zero(), HSum(Acc) and Step<R, N, kFull>(w, a, g,
 // nb, acc). Every loop over r and i is unrolled by pragma: otherwise GCC keeps the accumulators as
 // stack arrays and stores them every block (27 stack stores per block in the Q4_K 3x4 tile before,
 // 6 after; 2x8 on 8 rows, one thread: best 76.7 -> 82.4 GMAC/s, and 83.3 -> 91.3 for 3x4, with the
@@ -206,9 +206,9 @@ void PackA8Folds(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
 // pair of blocks leave each block's sum in its own four lanes; one vphaddd then folds the two
 // pairs' sums into one vector that holds each of the four blocks in two lanes, and the float tail
 // (convert, scale product, FMA) runs once per four blocks: per 128 multiply-adds 4 vpdpbusd, 1
-// vphaddd and 3 float operations. Without the fold (one tail per pair, 4 vpdpbusd and 6 float
-// operations on the same multiply pipes) the tile measured 22-75 % slower on the AVX-VNNI Xeon
-// (MakeAvxVnniTable). vpdpbusd multiplies unsigned by signed bytes: the activations come flipped
+// vphaddd and 3 float operations. Against the same tile without the fold (one tail per pair, 4
+// vpdpbusd and 6 float operations on the same multiply pipes) it measured 22-75 % faster on the
+// AVX-VNNI Xeon (docs/benchmarks.md). vpdpbusd multiplies unsigned by signed bytes: the activations come flipped
 // (A8Fold), and each weight pair's sum starts at -vpdpbusd(0, 128, w), so that vpdpbusd(start,
 // a + 128, w) is exactly sum(w * a) (at most 8 * 255 * 127 per lane). The weight side (two 16-byte
 // loads per vector, the starts, the four scales) is built once per weight row and four blocks.
@@ -243,11 +243,11 @@ struct Q8FoldVnniImpl {
       for (int pr = 0; pr < 2; ++pr) {
         wv[r][2 * pr] = LoadHalf(blk[2 * pr], blk[2 * pr + 1], 0);
         wv[r][2 * pr + 1] = LoadHalf(blk[2 * pr], blk[2 * pr + 1], 1);
-        start[r][pr] = _mm256_sub_epi32(
-            _mm256_setzero_si256(), Dpbusd(Dpbusd(_mm256_setzero_si256(), flip, wv[r][2 * pr]), flip, wv[r][2 * pr + 1]));
+        const __m256i w128 = Dpbusd(Dpbusd(_mm256_setzero_si256(), flip, wv[r][2 * pr]), flip, wv[r][2 * pr + 1]);
+        start[r][pr] = _mm256_sub_epi32(_mm256_setzero_si256(), w128);
       }
-      dw[r] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(d16)))),
-                                       lanes);
+      const __m128 d4 = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(d16)));
+      dw[r] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), lanes);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
