@@ -116,6 +116,40 @@ const char* WeightFormatName(WeightFormat f) {
   return "?";
 }
 
+namespace {
+
+void PackPairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out, uint8_t flip) {
+  static constexpr int kScaleBlock[8] = {0, 0, 2, 2, 1, 1, 3, 3};
+  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
+  auto* o = reinterpret_cast<quant_internal::A8PairHalves*>(out);
+  const int64_t nb = CeilDiv(cols, kQ8Block);
+  for (int64_t q = 0; 4 * q < nb; ++q) {
+    const int64_t b0 = 4 * q;
+    for (int l = 0; l < 8; ++l) o[q].d[l] = b0 + kScaleBlock[l] < nb ? b[b0 + kScaleBlock[l]].d : 0.0f;
+    for (int k = 0; k < 4; ++k)
+      // Block k's halves go to vectors 2 * (k / 2) and 2 * (k / 2) + 1, in lane k % 2.
+      for (int h = 0; h < 2; ++h) {
+        int8_t* dst = o[q].qs + 32 * (2 * (k / 2) + h) + 16 * (k % 2);
+        const int8_t* src = b0 + k < nb ? b[b0 + k].qs + 16 * h : nullptr;
+        for (int j = 0; j < 16; ++j) dst[j] = static_cast<int8_t>((src ? static_cast<uint8_t>(src[j]) : 0) ^ flip);
+      }
+  }
+}
+
+}  // namespace
+
+size_t quant_internal::PackedA8PairHalvesRowBytes(int64_t cols) {
+  return static_cast<size_t>(CeilDiv(CeilDiv(cols, kQ8Block), 4)) * sizeof(A8PairHalves);
+}
+
+void quant_internal::PackA8PairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
+  PackPairHalves(a8_row, cols, out, 0);
+}
+
+void quant_internal::PackA8PairHalvesFlipped(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
+  PackPairHalves(a8_row, cols, out, 0x80);
+}
+
 const MatMulKernels& ScalarKernels() {
   static const MatMulKernels k = MakeScalar();
   return k;

@@ -89,6 +89,22 @@ std::vector<const MatMulKernels*> AvailableKernels();
 const MatMulKernels& ActiveKernels();
 
 namespace quant_internal {
+// The Q8_0 activation layout of the ymm tiles that fold two pairs of blocks (the AVX2 tile and the
+// avxvnni table's vpdpbusd tile; MatMulKernels::pack_a8): per group of four A8 blocks, their
+// scales in the lane order of the folded sums (d0 d0 d2 d2 d1 d1 d3 d3) and their 128 bytes as
+// four 32-byte vectors, each holding the same half of two blocks: (b0 0:16 | b1 0:16), (b0 16:32 |
+// b1 16:32), (b2 0:16 | b3 0:16), (b2 16:32 | b3 16:32). A missing last block is a zero block
+// with scale 0. Plain baseline code (quant_kernels.cc), reached through the tables' pointers.
+struct A8PairHalves {
+  float d[8];
+  int8_t qs[128];
+};
+static_assert(sizeof(A8PairHalves) == 160, "A8PairHalves must be 160 bytes");
+size_t PackedA8PairHalvesRowBytes(int64_t cols);
+void PackA8PairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out);
+// The same with every byte's sign bit flipped (a ^ 0x80 = a + 128, unsigned), for vpdpbusd.
+void PackA8PairHalvesFlipped(const uint8_t* a8_row, int64_t cols, uint8_t* out);
+
 // The per-ISA tables, defined in the ISA's own files (quant_kernels_<isa>.cc) and reached only
 // through KernelsFor.
 const MatMulKernels& Avx2Kernels();

@@ -104,40 +104,7 @@ struct FloatImpl {
   }
 };
 
-// The Q8_0 tile's activation layout (MatMulKernels::pack_a8): per group of four A8 blocks, their
-// scales in the lane order of the tile's folded sums (d0 d0 d2 d2 d1 d1 d3 d3) and their 128 bytes
-// as four 32-byte vectors, each holding the same half of two blocks: (b0 0:16 | b1 0:16),
-// (b0 16:32 | b1 16:32), (b2 0:16 | b3 0:16), (b2 16:32 | b3 16:32). A missing last block is a
-// zero block with scale 0.
-struct A8Quad {
-  float d[8];
-  int8_t qs[128];
-};
-static_assert(sizeof(A8Quad) == 160, "A8Quad must be 160 bytes");
-
-size_t PackedA8QuadRowBytes(int64_t cols) {
-  return static_cast<size_t>(CeilDiv(CeilDiv(cols, kQ8Block), 4)) * sizeof(A8Quad);
-}
-
-void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
-  static constexpr int kScaleLane[8] = {0, 0, 2, 2, 1, 1, 3, 3};
-  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
-  A8Quad* o = reinterpret_cast<A8Quad*>(out);
-  const int64_t nb = CeilDiv(cols, kQ8Block);
-  for (int64_t q = 0; 4 * q < nb; ++q) {
-    const int64_t b0 = 4 * q;
-    for (int l = 0; l < 8; ++l) o[q].d[l] = b0 + kScaleLane[l] < nb ? b[b0 + kScaleLane[l]].d : 0.0f;
-    for (int k = 0; k < 4; ++k) {
-      const int8_t* src = b0 + k < nb ? b[b0 + k].qs : nullptr;
-      // Block k's halves go to vectors 2 * (k / 2) and 2 * (k / 2) + 1, in lane k % 2.
-      for (int h = 0; h < 2; ++h) {
-        int8_t* dst = o[q].qs + 32 * (2 * (k / 2) + h) + 16 * (k % 2);
-        const __m128i v = src ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * h)) : _mm_setzero_si128();
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), v);
-      }
-    }
-  }
-}
+using A8Quad = quant_internal::A8PairHalves;
 
 // Q8_0 x A8, four blocks per step over A8Quad activations. Each weight vector holds the same half
 // of two blocks (built once per weight row and step, the layout of A8Quad), so the eight int32
@@ -482,8 +449,8 @@ constexpr MatMulKernels MakeAvx2() {
   k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 3, 4, 3, 4};
   k.quantize_a8 = &QuantA8;
   k.quantize_a8k = &QuantA8K;
-  k.pack_a8 = &PackA8Quads;
-  k.packed_a8_row_bytes = &PackedA8QuadRowBytes;
+  k.pack_a8 = &quant_internal::PackA8PairHalves;
+  k.packed_a8_row_bytes = &quant_internal::PackedA8PairHalvesRowBytes;
   return k;
 }
 

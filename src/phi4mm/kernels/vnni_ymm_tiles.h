@@ -170,37 +170,6 @@ inline uint64_t QuadBlocks(const BlockQ8_0* row, int64_t q, int64_t nb, const Bl
   return d16;
 }
 
-// The ymm Q8_0 tile's activation layout (MatMulKernels::pack_a8 of the avxvnni table): per group
-// of four A8 blocks, four 32-byte vectors that each hold the same half of two blocks, (b0 0:16 |
-// b1 0:16), (b0 16:32 | b1 16:32), (b2 0:16 | b3 0:16), (b2 16:32 | b3 16:32), with the sign bit
-// flipped (a + 128, unsigned, for vpdpbusd), then the four scales in the lane order of the folded
-// sums: d0 d0 d2 d2 d1 d1 d3 d3. A missing last block is a zero block with scale 0.
-struct A8Fold {
-  uint8_t qs[128];
-  float d[8];
-};
-static_assert(sizeof(A8Fold) == 160, "A8Fold must be 160 bytes");
-
-size_t PackedA8FoldRowBytes(int64_t cols) { return static_cast<size_t>((BlocksQ8(cols) + 3) / 4) * sizeof(A8Fold); }
-
-void PackA8Folds(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
-  static constexpr int kScaleBlock[8] = {0, 0, 2, 2, 1, 1, 3, 3};
-  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
-  A8Fold* o = reinterpret_cast<A8Fold*>(out);
-  const int64_t nb = BlocksQ8(cols);
-  for (int64_t q = 0; 4 * q < nb; ++q) {
-    for (int l = 0; l < 8; ++l) o[q].d[l] = 4 * q + kScaleBlock[l] < nb ? b[4 * q + kScaleBlock[l]].d : 0.0f;
-    for (int k = 0; k < 4; ++k) {
-      const int64_t blk = 4 * q + k;
-      for (int h = 0; h < 2; ++h)
-        for (int j = 0; j < 16; ++j) {
-          const uint8_t x = blk < nb ? static_cast<uint8_t>(b[blk].qs[16 * h + j]) : 0;
-          o[q].qs[32 * (2 * (k / 2) + h) + 16 * (k % 2) + j] = static_cast<uint8_t>(x ^ 0x80);
-        }
-    }
-  }
-}
-
 // Q8_0 x A8 with vpdpbusd on ymm, four blocks per step. Each weight vector holds the same half
 // (bytes 0-15 or 16-31) of two blocks, so the two vpdpbusd of a (weight row, activation row) and
 // pair of blocks leave each block's sum in its own four lanes; one vphaddd then folds the two
@@ -208,16 +177,17 @@ void PackA8Folds(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
 // (convert, scale product, FMA) runs once per four blocks: per 128 multiply-adds 4 vpdpbusd, 1
 // vphaddd and 3 float operations. Against the same tile without the fold (one tail per pair, 4
 // vpdpbusd and 6 float operations on the same multiply pipes) it measured 22-75 % faster on the
-// AVX-VNNI Xeon (docs/benchmarks.md). vpdpbusd multiplies unsigned by signed bytes: the activations come flipped
-// (A8Fold), and each weight pair's sum starts at -vpdpbusd(0, 128, w), so that vpdpbusd(start,
-// a + 128, w) is exactly sum(w * a) (at most 8 * 255 * 127 per lane). The weight side (two 16-byte
+// AVX-VNNI Xeon (docs/benchmarks.md). The activations are the AVX2 tile's layout (A8PairHalves),
+// with the sign bits flipped (PackA8PairHalvesFlipped: a + 128, unsigned, as vpdpbusd wants), and
+// each weight pair's sum starts at -vpdpbusd(0, 128, w), so that vpdpbusd(start, a + 128, w) is
+// exactly sum(w * a) (at most 8 * 255 * 127 per lane). The weight side (two 16-byte
 // loads per vector, the starts, the four scales) is built once per weight row and four blocks.
 // Every (weight row, activation row) pair runs the same steps whatever the tile shape, so a row's
 // result does not depend on the batch.
 struct Q8FoldVnniImpl {
   using Acc = __m256;
   using W = BlockQ8_0;
-  using A = A8Fold;
+  using A = quant_internal::A8PairHalves;
   static constexpr int kGroup = 4;
   static int64_t Blocks(int64_t cols) { return BlocksQ8(cols); }
   static __m256 Zero() { return _mm256_setzero_ps(); }
@@ -229,7 +199,7 @@ struct Q8FoldVnniImpl {
   }
 
   template <int R, int N, bool kFull>
-  static void Step(const BlockQ8_0* const (&w)[R], const A8Fold* const (&a)[N], int64_t q, int64_t nb,
+  static void Step(const BlockQ8_0* const (&w)[R], const A* const (&a)[N], int64_t q, int64_t nb,
                    __m256 (&acc)[R][N]) {
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     const __m256i lanes = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
@@ -251,7 +221,7 @@ struct Q8FoldVnniImpl {
     }
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
-      const A8Fold& aq = a[i][q];
+      const A& aq = a[i][q];
       const __m256 da = _mm256_loadu_ps(aq.d);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
@@ -291,8 +261,8 @@ MatMulKernels MakeAvxVnniTable(const char* name) {
   k.name = name;
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl>;
   k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8FoldVnniImpl>;
-  k.pack_a8 = &PackA8Folds;
-  k.packed_a8_row_bytes = &PackedA8FoldRowBytes;
+  k.pack_a8 = &quant_internal::PackA8PairHalvesFlipped;
+  k.packed_a8_row_bytes = &quant_internal::PackedA8PairHalvesRowBytes;
   k.pack_a8k = nullptr;
   k.packed_a8k_row_bytes = nullptr;
   // Shapes measured with the VEX copy on an AVX-VNNI Intel Xeon (Sapphire Rapids class, the core
