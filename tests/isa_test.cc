@@ -150,6 +150,15 @@ TEST(Isa, AvxVnniEncodingFollowsTheCpu) {
   }
 }
 
+TEST(Isa, IntegerTileIsasRunTheirBaseFloatKernels) {
+  EXPECT_EQ(FloatKernelIsa(Isa::kScalar), Isa::kScalar);
+  EXPECT_EQ(FloatKernelIsa(Isa::kAvx2), Isa::kAvx2);
+  EXPECT_EQ(FloatKernelIsa(Isa::kAvxVnni), Isa::kAvx2);
+  EXPECT_EQ(FloatKernelIsa(Isa::kAvx512), Isa::kAvx2);
+  EXPECT_EQ(FloatKernelIsa(Isa::kNeon), Isa::kNeon);
+  EXPECT_EQ(FloatKernelIsa(Isa::kNeonDot), Isa::kNeon);
+}
+
 TEST(Isa, Avx512TileWidthFollowsTheCpuUnlessOverridden) {
   CpuFeatures intel = X86(true, true), zen5 = X86(true, true);
   zen5.avx512_zmm_full_rate = true;

@@ -13,10 +13,10 @@ void SiluGateUpRowScalar(const float* g, const float* u, int64_t d, float* out) 
 
 SiluGateUpRowFn SiluGateUpRowFor(Isa isa) {
 #if defined(PHI4MM_BUILD_X86_KERNELS)
-  if (isa == Isa::kAvx2 || isa == Isa::kAvxVnni || isa == Isa::kAvx512) return &SiluGateUpRowAvx2;
+  if (FloatKernelIsa(isa) == Isa::kAvx2) return &SiluGateUpRowAvx2;
 #endif
 #if defined(PHI4MM_BUILD_ARM_KERNELS)
-  if (isa == Isa::kNeon || isa == Isa::kNeonDot) return &SiluGateUpRowNeon;
+  if (FloatKernelIsa(isa) == Isa::kNeon) return &SiluGateUpRowNeon;
 #endif
   (void)isa;
   return &SiluGateUpRowScalar;

@@ -406,15 +406,12 @@ const RowKernels& ScalarRowKernels() {
 }
 
 const RowKernels& RowKernelsFor(Isa isa) {
-  switch (isa) {
+  switch (FloatKernelIsa(isa)) {
 #if defined(PHI4MM_BUILD_X86_KERNELS)
-    case Isa::kAvx2:
-    case Isa::kAvxVnni:
-    case Isa::kAvx512: return Avx2RowKernels();
+    case Isa::kAvx2: return Avx2RowKernels();
 #endif
 #if defined(PHI4MM_BUILD_ARM_KERNELS)
-    case Isa::kNeon:
-    case Isa::kNeonDot: return NeonRowKernels();
+    case Isa::kNeon: return NeonRowKernels();
 #endif
     default: return ScalarRowKernels();
   }

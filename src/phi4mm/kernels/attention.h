@@ -118,8 +118,8 @@ const RowKernels& ScalarRowKernels();
 // through RowKernelsFor.
 const RowKernels& Avx2RowKernels();
 const RowKernels& NeonRowKernels();
-// The table of `isa` (an ISA in AvailableIsas(); AVX-512 uses the AVX2 rows, both NEON ISAs the
-// NEON rows).
+// The table of `isa` (an ISA in AvailableIsas()): that of FloatKernelIsa(isa), so avxvnni and
+// avx512 use the AVX2 rows, both NEON ISAs the NEON rows.
 const RowKernels& RowKernelsFor(Isa isa);
 // RowKernelsFor(ActiveIsa()).
 const RowKernels& ActiveRowKernels();

@@ -1,13 +1,13 @@
 // AVX2 + FMA + F16C kernels for CausalAttention (compiled with -mavx2 -mfma -mf16c; reached only
-// through RowKernelsFor when the process runs the AVX2 or AVX-512 ISA). Decode: scores take four
-// cached rows at a time against up to three query heads (twelve independent accumulators); the
-// weighted sum walks the cached rows in blocks that stay in L1 and keeps 32 output columns of up
-// to three heads in registers; half rows are widened with vcvtph2ps and int8 rows with vpmovsxbd +
-// vcvtdq2ps as they are loaded, the q8 row scale folded into the score or the weight. Flash tiles: the key/value tile
-// is widened to float32 once; Q·Kᵀ runs 4 query rows x 3 keys (12 accumulators, reduced with
-// horizontal adds), the softmax uses a vectorised exp (Cody-Waite range reduction and a degree-5
-// polynomial, ~1 ulp), and P·V keeps 4 rows x 16 output columns in registers over the tile (4 x 24
-// and 2 x 48 measured slower).
+// through RowKernelsFor when the process runs the AVX2, AVX-VNNI or AVX-512 ISA). Decode: scores
+// take four cached rows at a time against up to three query heads (twelve independent
+// accumulators); the weighted sum walks the cached rows in blocks that stay in L1 and keeps 32
+// output columns of up to three heads in registers; half rows are widened with vcvtph2ps and int8
+// rows with vpmovsxbd + vcvtdq2ps as they are loaded, the q8 row scale folded into the score or
+// the weight. Flash tiles: the key/value tile is widened to float32 once; Q·Kᵀ runs 4 query rows
+// x 3 keys (12 accumulators, reduced with horizontal adds), the softmax uses a vectorised exp
+// (Cody-Waite range reduction and a degree-5 polynomial, ~1 ulp), and P·V keeps 4 rows x 16
+// output columns in registers over the tile (4 x 24 and 2 x 48 measured slower).
 #include <immintrin.h>
 
 #include <algorithm>

@@ -40,6 +40,18 @@ std::string AllNames() {
 
 }  // namespace
 
+Isa FloatKernelIsa(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2:
+    case Isa::kAvxVnni:
+    case Isa::kAvx512: return Isa::kAvx2;
+    case Isa::kNeon:
+    case Isa::kNeonDot: return Isa::kNeon;
+    case Isa::kScalar: return Isa::kScalar;
+  }
+  return Isa::kScalar;
+}
+
 const char* IsaName(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return "scalar";

@@ -22,6 +22,12 @@ namespace phi4mm {
 enum class Isa { kScalar, kAvx2, kAvxVnni, kAvx512, kNeon, kNeonDot };
 inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kNeon, Isa::kNeonDot};
 
+// The ISA whose float kernels `isa` runs (kScalar, kAvx2 or kNeon): avxvnni and avx512 add integer
+// matmul tiles to AVX2's table, neondot to NEON's. The kernel families without integer tiles
+// (attention rows, vision ops, activations) dispatch on this, so an ISA added on top of a base
+// needs no entry of its own there.
+Isa FloatKernelIsa(Isa isa);
+
 // "scalar", "avx2", "avxvnni", "avx512", "neon", "neondot" (the PHI4MM_ISA spellings).
 const char* IsaName(Isa isa);
 // What the CPU must have for `isa`, in words ("AVX2, FMA and F16C").

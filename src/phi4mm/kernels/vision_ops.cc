@@ -142,11 +142,11 @@ const VisionKernels& VisionKernelsFor(Isa isa) {
   static const VisionKernels scalar{&BidirectionalAttentionReference, &GeluTanhInPlace};
 #if defined(PHI4MM_BUILD_X86_KERNELS)
   static const VisionKernels avx2{&BidirectionalAttentionAvx2, &GeluTanhAvx2};
-  if (isa == Isa::kAvx2 || isa == Isa::kAvxVnni || isa == Isa::kAvx512) return avx2;
+  if (FloatKernelIsa(isa) == Isa::kAvx2) return avx2;
 #endif
 #if defined(PHI4MM_BUILD_ARM_KERNELS)
   static const VisionKernels neon{&BidirectionalAttentionNeon, &GeluTanhNeon};
-  if (isa == Isa::kNeon || isa == Isa::kNeonDot) return neon;
+  if (FloatKernelIsa(isa) == Isa::kNeon) return neon;
 #endif
   (void)isa;
   return scalar;
