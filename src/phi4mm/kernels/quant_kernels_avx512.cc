@@ -35,6 +35,13 @@ inline float HSum16(__m512 v) {
   return HSum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 }
 
+// The float accumulators of the zmm tiles (RunTile's Acc, Zero and HSum).
+struct ZmmAcc {
+  using Acc = __m512;
+  static __m512 Zero() { return _mm512_setzero_ps(); }
+  static float HSum(__m512 v) { return HSum16(v); }
+};
+
 // [lo x 8, hi x 8] as one zmm of floats.
 inline __m512 Halves(float lo, float hi) {
   return _mm512_castpd_ps(
@@ -87,14 +94,11 @@ void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
 // steps whatever the tile shape, so a row's result does not depend on the batch. The sign trick
 // (flipped activations, a start of -vpdpbusd(0, 128, w)) is that of the ymm tile in
 // vnni_ymm_tiles.h.
-struct Q8QuadVnniImpl {
-  using Acc = __m512;
+struct Q8QuadVnniImpl : ZmmAcc {
   using W = BlockQ8_0;
   using A = A8Quad;
   static constexpr int kGroup = 4;
   static int64_t Blocks(int64_t cols) { return BlocksQ8(cols); }
-  static __m512 Zero() { return _mm512_setzero_ps(); }
-  static float HSum(__m512 v) { return HSum16(v); }
 
   static __m512i LoadHalf(const BlockQ8_0* const (&blk)[4], int h) {
     const auto* p0 = reinterpret_cast<const __m128i*>(blk[0]->qs + 16 * h);
@@ -186,14 +190,11 @@ void PackA8KPairs(const uint8_t* a8k_row, int64_t cols, uint8_t* out) {
   }
 }
 
-struct Q4KPairImpl {
-  using Acc = __m512;
+struct Q4KPairImpl : ZmmAcc {
   using W = BlockQ4K;
   using A = A8KPair;
   static constexpr int kGroup = 2;
   static int64_t Blocks(int64_t cols) { return BlocksQ4K(cols); }
-  static __m512 Zero() { return _mm512_setzero_ps(); }
-  static float HSum(__m512 v) { return HSum16(v); }
 
   // Pair p = blocks 2p and 2p + 1 (a zero block past an odd row's end).
   template <int R, int N, bool kFull>

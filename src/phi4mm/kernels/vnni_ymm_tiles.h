@@ -52,6 +52,13 @@ inline float HSum8(__m256 v) {
 inline int64_t BlocksQ4K(int64_t cols) { return (cols + kQ4KBlock - 1) / kQ4KBlock; }
 inline int64_t BlocksQ8(int64_t cols) { return (cols + kQ8Block - 1) / kQ8Block; }
 
+// The float accumulators of the ymm tiles (RunTile's Acc, Zero and HSum).
+struct YmmAcc {
+  using Acc = __m256;
+  static __m256 Zero() { return _mm256_setzero_ps(); }
+  static float HSum(__m256 v) { return HSum8(v); }
+};
+
 // The loop every vpdpbusd tile shares (here and in quant_kernels_avx512.cc): R*N float
 // accumulators, the weight-row and activation-row pointers, then one Impl::Step per group of
 // Impl::kGroup weight blocks (the last group, when the row's block count is not a multiple, with
@@ -97,14 +104,11 @@ void RunTile(const TileArgs& t) {
 // chunk the nibbles are unpacked once (low and high half) and reused for the N activation rows,
 // whose bytes are the memory operands of vpdpbusd. Live registers: R*N int32 sums, R*N float
 // accumulators, 2*R unpacked halves and the nibble mask.
-struct Q4KVnniImpl {
-  using Acc = __m256;
+struct Q4KVnniImpl : YmmAcc {
   using W = BlockQ4K;
   using A = BlockA8K;
   static constexpr int kGroup = 1;
   static int64_t Blocks(int64_t cols) { return BlocksQ4K(cols); }
-  static __m256 Zero() { return _mm256_setzero_ps(); }
-  static float HSum(__m256 v) { return HSum8(v); }
 
   template <int R, int N, bool kFull>
   static void Step(const BlockQ4K* const (&w)[R], const BlockA8K* const (&a)[N], int64_t b, int64_t,
@@ -184,14 +188,11 @@ inline uint64_t QuadBlocks(const BlockQ8_0* row, int64_t q, int64_t nb, const Bl
 // loads per vector, the starts, the four scales) is built once per weight row and four blocks.
 // Every (weight row, activation row) pair runs the same steps whatever the tile shape, so a row's
 // result does not depend on the batch.
-struct Q8FoldVnniImpl {
-  using Acc = __m256;
+struct Q8FoldVnniImpl : YmmAcc {
   using W = BlockQ8_0;
   using A = quant_internal::A8PairHalves;
   static constexpr int kGroup = 4;
   static int64_t Blocks(int64_t cols) { return BlocksQ8(cols); }
-  static __m256 Zero() { return _mm256_setzero_ps(); }
-  static float HSum(__m256 v) { return HSum8(v); }
 
   static __m256i LoadHalf(const BlockQ8_0* b0, const BlockQ8_0* b1, int h) {
     return _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(b1->qs + 16 * h),
