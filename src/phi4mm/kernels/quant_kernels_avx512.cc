@@ -4,9 +4,9 @@
 //  - the EVEX copy of the avxvnni table (vnni_ymm_tiles.h: the AVX2 table with ymm vpdpbusd tiles
 //    for Q4_K and Q8_0), for AVX-512 CPUs that lack AVX-VNNI, and for testing that table's source
 //    on them;
-//  - "avx512": the avxvnni table's Q4_K tile (with 32 registers, so up to 8 activation rows per
-//    tile: a batched decode step of 8 sequences unpacks each weight row once) and a Q8_0 tile that
-//    works on four blocks per zmm over activations packed for it (pack_a8);
+//  - "avx512": the avxvnni table's Q4_K tile over activations repacked into whole cache lines
+//    (A8KLine, pack_a8k), with 32 registers for wider tiles, and a Q8_0 tile that works on four
+//    blocks per zmm over activations packed for it (pack_a8);
 //  - "avx512zmm" (CPUs with full-rate 512-bit vpdpbusd): the Q4_K tile holds two blocks per zmm,
 //    over activations packed for it; it shares the Q8_0 tile.
 // The float formats and the activation quantizers are the AVX2 table's.
@@ -77,6 +77,20 @@ void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
       }
       for (int j = 0; j < 4; ++j) o[q].d[4 * k + j] = in ? b[blk].d : 0.0f;
     }
+}
+
+// The avx512 table's Q4_K activations (MatMulKernels::pack_a8k): each A8K block as one A8KLine
+// (vnni_ymm_tiles.h), so that every 32-byte load of the tile stays inside a cache line.
+size_t PackedA8KLineRowBytes(int64_t cols) { return static_cast<size_t>(BlocksQ4K(cols)) * sizeof(A8KLine); }
+
+void PackA8KLines(const uint8_t* a8k_row, int64_t cols, uint8_t* out) {
+  const BlockA8K* b = reinterpret_cast<const BlockA8K*>(a8k_row);
+  A8KLine* o = reinterpret_cast<A8KLine*>(out);
+  for (int64_t k = 0; k < BlocksQ4K(cols); ++k) {
+    std::memcpy(o[k].qs, b[k].qs, sizeof(o[k].qs));
+    for (int j = 0; j < 8; ++j) o[k].bs[j] = static_cast<float>(b[k].bsums[j]);
+    o[k].d = b[k].d;
+  }
 }
 
 // The Q8_0 tile of both avx512 tables: vpdpbusd on zmm, four blocks per register. Each weight
@@ -263,15 +277,20 @@ struct Q4KPairImpl : ZmmAcc {
 
 MatMulKernels MakeAvx512() {
   MatMulKernels k = MakeAvxVnniTable("avx512");
+  k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl<A8KLines>>;
+  k.pack_a8k = &PackA8KLines;
+  k.packed_a8k_row_bytes = &PackedA8KLineRowBytes;
   k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8QuadVnniImpl>;
   k.pack_a8 = &PackA8Quads;
   k.packed_a8_row_bytes = &PackedA8QuadRowBytes;
   // TileShape bench (1 thread, 16384x3072, n = 256; GMAC/s): 4x3 87, 3x3 83, 3x4 83, 4x4 79,
   // 2x4 71. GEMV: 4 rows 47, 2 rows 44, 1 row 40. A zmm variant (vpdpbusd on 64 positions, the
   // two halves folded per block) measured 79 at its best shape (4x4) and was dropped.
-  // Batch (the 32 layers of the full-size q4 decoder, 8 rows, 2 threads, CPU ms per step): 2x8
-  // 190, 3x4 in two passes 198, 4x3 in three 244, 4x4 in two 284 (it spills); 4 rows: all near 188.
-  k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 4, 3, 2, 8};
+  // Batch, on the A8KLine activations (Zen 4 EPYC, TileShape, 1 thread, 16384x3072, 8 rows,
+  // GMAC/s, two rounds): 3x4 132 / 130, 4x4 136 / 131, 2x8 125 / 121; on the unpacked A8K rows,
+  // whose loads cross cache lines, 3x4 127 / 128 and 2x8 100 / 98. From memory (GemvCold, 2
+  // threads, 8 rows) 3x4, 4x4 and 2x8 are alike within noise, 4 rows favour 3x4 (a single pass).
+  k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 4, 3, 3, 4};
   // Q8_0, the four-block tile on a Zen 4 EPYC (TileShape, 1 thread, 16384x3072, GMAC/s, two
   // rounds): 256 rows 3x4 79 / 82, 4x4 81 / 80, 2x4 79 / 79, 4x3 73 / 75; 8 rows 2x8 77 / 86, 4x4
   // 70 / 80, 1x8 52 / 54. GEMV from memory (GemvCold, 2 threads, GB/s, three rounds, measured while

@@ -1,11 +1,12 @@
 // The ymm vpdpbusd tiles of the avxvnni table (Q4_K x A8K and Q8_0 x A8), written once and compiled
 // twice: by quant_kernels_avxvnni.cc with VEX encoding (-mavxvnni: AVX-VNNI, the Intel client cores
 // since Alder Lake, which have no AVX-512, and Zen 5) and by quant_kernels_avx512.cc with EVEX
-// encoding (AVX-512 VL/VNNI), where the avx512 tables reuse the Q4_K tile and where the avxvnni
-// table's EVEX copy runs on AVX-512 CPUs without AVX-VNNI (isa.h, AvxVnniEncoding). The two copies
-// differ only in the encoding the compiler picks for the same intrinsic semantics. Everything here
-// has internal linkage (an anonymous namespace), so each copy keeps its own and the linker never
-// mixes them (check_isa_symbols.sh). Include only from those two files.
+// encoding (AVX-512 VL/VNNI), where the avx512 tables reuse the Q4_K tile (over A8KLine
+// activations) and where the avxvnni table's EVEX copy runs on AVX-512 CPUs without AVX-VNNI
+// (isa.h, AvxVnniEncoding). The two copies differ only in the encoding the compiler picks for the
+// same intrinsic semantics. Everything here has internal linkage (an anonymous namespace), so each
+// copy keeps its own and the linker never mixes them (check_isa_symbols.sh). Include only from
+// those two files.
 //
 // VEX code can address only 16 ymm registers (EVEX has 32): a Q4_K tile keeps R*N float
 // accumulators, R*N int32 sums, the two unpacked halves of one weight row and the nibble mask; a
@@ -98,20 +99,50 @@ void RunTile(const TileArgs& t) {
     for (int i = 0; i < N; ++i) Store(t, r, i, Impl::HSum(acc[r][i]));
 }
 
+// The activation side of the ymm Q4_K tile: the A8K rows as quantized (BlockA8K, 276 bytes, so
+// half of the 32-byte loads cross a cache line), or repacked per block into whole cache lines
+// (A8KLine). Each gives the block's int8 positions, its scale broadcast, and its sub-block sums as
+// floats.
+struct A8KRows {
+  using Block = BlockA8K;
+  static const int8_t* Qs(const BlockA8K& a) { return a.qs; }
+  static __m256 Scale(const BlockA8K& a) { return _mm256_broadcast_ss(&a.d); }
+  static __m256 Bsums(const BlockA8K& a) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums))));
+  }
+};
+
+// One A8K block in five cache lines: the 256 positions (BlockA8K's order), the eight sub-block sums
+// as floats (exact: |bsum| <= 32 * 127), the scale. Written by PackA8KLines.
+struct alignas(64) A8KLine {
+  int8_t qs[256];
+  float bs[8];
+  float d;
+};
+static_assert(sizeof(A8KLine) == 320, "A8KLine must be 320 bytes (five cache lines)");
+
+struct A8KLines {
+  using Block = A8KLine;
+  static const int8_t* Qs(const A8KLine& a) { return a.qs; }
+  static __m256 Scale(const A8KLine& a) { return _mm256_broadcast_ss(&a.d); }
+  static __m256 Bsums(const A8KLine& a) { return _mm256_load_ps(a.bs); }
+};
+
 // Q4_K x A8K with vpdpbusd on ymm, one block per step: per (weight row, activation row) 8
 // vpdpbusd into int32 lanes = sub-blocks (at most 32 * 15 * 127 per lane), then the float tail of
 // the AVX2 tile: acc += (isum * (d*sc) - (dmin*mn) * bsum) * da. Per weight row and 64-position
 // chunk the nibbles are unpacked once (low and high half) and reused for the N activation rows,
 // whose bytes are the memory operands of vpdpbusd. Live registers: R*N int32 sums, R*N float
-// accumulators, 2*R unpacked halves and the nibble mask.
+// accumulators, 2*R unpacked halves and the nibble mask. Layout is A8KRows or A8KLines.
+template <class Layout>
 struct Q4KVnniImpl : YmmAcc {
   using W = BlockQ4K;
-  using A = BlockA8K;
+  using A = typename Layout::Block;
   static constexpr int kGroup = 1;
   static int64_t Blocks(int64_t cols) { return BlocksQ4K(cols); }
 
   template <int R, int N, bool kFull>
-  static void Step(const BlockQ4K* const (&w)[R], const BlockA8K* const (&a)[N], int64_t b, int64_t,
+  static void Step(const BlockQ4K* const (&w)[R], const A* const (&a)[N], int64_t b, int64_t,
                    __m256 (&acc)[R][N]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i s32[R][N];
@@ -128,7 +159,7 @@ struct Q4KVnniImpl : YmmAcc {
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
 #pragma GCC unroll 8
         for (int i = 0; i < N; ++i) {
-          const __m256i* aq = reinterpret_cast<const __m256i*>(a[i][b].qs + c * 64);
+          const __m256i* aq = reinterpret_cast<const __m256i*>(Layout::Qs(a[i][b]) + c * 64);
           s32[r][i] = Dpbusd(s32[r][i], lo, _mm256_loadu_si256(aq));
           s32[r][i] = Dpbusd(s32[r][i], hi, _mm256_loadu_si256(aq + 1));
         }
@@ -144,9 +175,8 @@ struct Q4KVnniImpl : YmmAcc {
     }
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
-      const __m256 da = _mm256_broadcast_ss(&a[i][b].d);
-      const __m256 bs = _mm256_cvtepi32_ps(
-          _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i][b].bsums))));
+      const __m256 da = Layout::Scale(a[i][b]);
+      const __m256 bs = Layout::Bsums(a[i][b]);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const __m256 v = _mm256_fnmadd_ps(dmn[r], bs, _mm256_mul_ps(_mm256_cvtepi32_ps(s32[r][i]), dsc[r]));
@@ -260,7 +290,7 @@ void Tile(const TileArgs& t) {
 MatMulKernels MakeAvxVnniTable(const char* name) {
   MatMulKernels k = quant_internal::Avx2Kernels();
   k.name = name;
-  k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl>;
+  k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl<A8KRows>>;
   k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8FoldVnniImpl>;
   k.pack_a8 = &quant_internal::PackA8PairHalvesFlipped;
   k.packed_a8_row_bytes = &quant_internal::PackedA8PairHalvesRowBytes;
