@@ -250,7 +250,7 @@ BENCHMARK(BM_TileShape)
         for (int r : {1, 2, 4}) b->Args({f, 16384, 3072, 1, r, 1});
       for (int f : {3, 4})
         for (int n : {4, 8})
-          for (const auto& rn : {std::pair<int, int>{1, 4}, {2, 4}, {3, 4}, {4, 4}, {4, 2}, {2, 2}, {1, 8}, {2, 8}})
+          for (const auto& rn : {std::pair<int, int>{1, 4}, {2, 4}, {3, 4}, {4, 4}, {4, 2}, {2, 2}, {1, 8}, {2, 8}, {3, 8}, {4, 8}})
             b->Args({f, 16384, 3072, n, rn.first, rn.second});
     })
     ->UseRealTime()

@@ -287,10 +287,13 @@ MatMulKernels MakeAvx512() {
   // 2x4 71. GEMV: 4 rows 47, 2 rows 44, 1 row 40. A zmm variant (vpdpbusd on 64 positions, the
   // two halves folded per block) measured 79 at its best shape (4x4) and was dropped.
   // Batch, on the A8KLine activations (Zen 4 EPYC, TileShape, 1 thread, 16384x3072, 8 rows,
-  // GMAC/s, two rounds): 3x4 132 / 130, 4x4 136 / 131, 2x8 125 / 121; on the unpacked A8K rows,
-  // whose loads cross cache lines, 3x4 127 / 128 and 2x8 100 / 98. From memory (GemvCold, 2
-  // threads, 8 rows) 3x4, 4x4 and 2x8 are alike within noise, 4 rows favour 3x4 (a single pass).
-  k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 4, 3, 3, 4};
+  // GMAC/s, two rounds): 3x8 137 / 138, 4x4 135 / 134, 3x4 132 / 126, 2x8 123 / 126, 4x8 124 / 124
+  // (3x8 and 4x8 spill sums); on the unpacked A8K rows, whose loads cross cache lines, 3x4 127 /
+  // 128 and 2x8 100 / 98. From memory (GemvCold, 2 threads, 8 rows, three rounds) 3x8 against
+  // 3x4: 16384x3072 1.76-1.82 / 1.66-1.96 ms, 3072x8192 0.74-0.77 / 0.78-0.82, 5120x3072 0.48-0.50
+  // / 0.49-0.67; end to end (concurrency 8, three alternating rounds) 53.5-55.2 against 51.8-54.0
+  // tok/s. Four rows run 3x4 in one pass.
+  k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 4, 3, 3, 8};
   // Q8_0, the four-block tile on a Zen 4 EPYC (TileShape, 1 thread, 16384x3072, GMAC/s, two
   // rounds): 256 rows 3x4 79 / 82, 4x4 81 / 80, 2x4 79 / 79, 4x3 73 / 75; 8 rows 2x8 77 / 86, 4x4
   // 70 / 80, 1x8 52 / 54. GEMV from memory (GemvCold, 2 threads, GB/s, three rounds, measured while
