@@ -251,7 +251,8 @@ BENCHMARK(BM_TileShape)
       for (int f : {3, 4})
         for (int n : {4, 8})
           for (const auto& rn : {std::pair<int, int>{1, 4}, {2, 4}, {3, 4}, {4, 4}, {4, 2}, {2, 2}, {1, 8}, {2, 8}, {3, 8}, {4, 8}})
-            b->Args({f, 16384, 3072, n, rn.first, rn.second});
+            // A tile of N > n activation rows runs as one of n: the same shape timed again.
+            if (rn.second <= n) b->Args({f, 16384, 3072, n, rn.first, rn.second});
     })
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

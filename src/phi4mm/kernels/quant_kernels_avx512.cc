@@ -86,7 +86,8 @@ size_t PackedA8KLineRowBytes(int64_t cols) { return static_cast<size_t>(BlocksQ4
 void PackA8KLines(const uint8_t* a8k_row, int64_t cols, uint8_t* out) {
   const BlockA8K* b = reinterpret_cast<const BlockA8K*>(a8k_row);
   A8KLine* o = reinterpret_cast<A8KLine*>(out);
-  for (int64_t k = 0; k < BlocksQ4K(cols); ++k) {
+  const int64_t nb = BlocksQ4K(cols);
+  for (int64_t k = 0; k < nb; ++k) {
     std::memcpy(o[k].qs, b[k].qs, sizeof(o[k].qs));
     for (int j = 0; j < 8; ++j) o[k].bs[j] = static_cast<float>(b[k].bsums[j]);
     o[k].d = b[k].d;
