@@ -61,7 +61,7 @@ const WeightMatrix& Weights(int64_t rows, int64_t cols, WeightFormat f) {
     }
   }
   WeightMatrix base = *WeightMatrix::FromData(DType::kBF16, src.data(), rows, cols);
-  return cache.emplace(key, *base.Quantize(f, &Pool())).first->second;
+  return cache.emplace(key, *base.Quantize(f, &Pool())->ForKernels(Kernels(), &Pool())).first->second;
 }
 
 std::vector<float> Activations(int64_t n, int64_t cols) {
@@ -128,7 +128,7 @@ WeightMatrix ColdCopy(const WeightMatrix& w) {
   static std::deque<std::shared_ptr<uint8_t[]>> stores;
   uint8_t* p = stores.emplace_back(AllocateHugeAligned(w.bytes())).get();
   std::memcpy(p, w.data(), w.bytes());
-  return *WeightMatrix::FromStorage(w.format(), p, w.bytes(), w.rows(), w.cols());
+  return *WeightMatrix::FromStorage(w.format(), p, w.bytes(), w.rows(), w.cols(), w.layout());
 }
 
 // Decode as it runs on the full model: the weights do not fit in the last-level cache, so the GEMV

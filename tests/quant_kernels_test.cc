@@ -220,12 +220,15 @@ TEST(QuantKernels, EveryIsaMatchesScalar) {
         for (int64_t cols : {32, 48, 64, 96, 300, 4304}) {
           if (cols == 4304 && rows > 33) continue;
           const WeightMatrix w = Make(rows, cols, f, static_cast<uint32_t>(rows * 7 + cols));
+          // The table's tile reads its own layout, as the model loaders give it (ForKernels).
+          const WeightMatrix wk = *w.ForKernels(*k);
+          ASSERT_EQ(wk.layout(), k->layout[static_cast<int>(f)]);
           for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17}) {
             const std::vector<float> x = Random(static_cast<size_t>(n * cols), static_cast<uint32_t>(n + cols), 1.0f);
             std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), 0.5f), acc(want.size(), 0.5f);
             w.MatMulWith(ScalarKernels(), x.data(), n, want.data(), nullptr);
-            w.MatMulWith(*k, x.data(), n, got.data(), n % 2 ? &pool : nullptr);
-            w.MatMulWith(*k, x.data(), n, acc.data(), &pool, /*accumulate=*/true);
+            wk.MatMulWith(*k, x.data(), n, got.data(), n % 2 ? &pool : nullptr);
+            wk.MatMulWith(*k, x.data(), n, acc.data(), &pool, /*accumulate=*/true);
             std::vector<float> wr(static_cast<size_t>(cols));
             for (int64_t r = 0; r < rows; ++r) {
               w.Row(r, wr.data());
@@ -284,6 +287,87 @@ TEST(QuantKernels, Q4KExtremesAreExact) {
       }
     }
   }
+}
+
+// Q8_0 at the extremes of the eight-block groups' sign trick (weights stored q + 128, a start of
+// -128 * sum(a)): weights and activations of +-127 in every sign pattern, every table exactly equal
+// to the scalar one (exact integer sums, below 2^24 in every partial sum).
+TEST(QuantKernels, Q8ExtremesAreExact) {
+  for (int64_t cols : {32, 256, 300, 512}) {
+    const int64_t rows = 5, n = 3;
+    std::vector<float> wv(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(n * cols));
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = (i / 3) % 2 ? 127.0f : -127.0f;
+    for (size_t i = 0; i < x.size(); ++i) x[i] = (i / 5) % 3 ? -127.0f : 127.0f;
+    const WeightMatrix w = *WeightMatrix::FromF32(wv, rows, cols).Quantize(WeightFormat::kQ8_0);
+    std::vector<float> want(static_cast<size_t>(n * rows));
+    w.MatMulWith(ScalarKernels(), x.data(), n, want.data(), nullptr);
+    std::vector<float> w0(static_cast<size_t>(cols));
+    w.Row(0, w0.data());
+    double ref = 0;
+    for (int64_t c = 0; c < cols; ++c) ref += double{w0[c]} * x[c];
+    EXPECT_EQ(want[0], static_cast<float>(ref)) << "cols=" << cols;
+    for (const MatMulKernels* k : AvailableKernels()) {
+      const WeightMatrix wk = *w.ForKernels(*k);
+      for (int64_t m : {int64_t{1}, n}) {
+        std::vector<float> got(static_cast<size_t>(m * rows));
+        wk.MatMulWith(*k, x.data(), m, got.data(), nullptr);
+        EXPECT_EQ(got, std::vector<float>(want.begin(), want.begin() + m * rows))
+            << k->name << " cols=" << cols << " n=" << m;
+      }
+    }
+  }
+}
+
+// The eight-block Q8_0 groups (WeightLayout::kQ8Groups): the same values as the plain rows on odd
+// column counts, a round trip back to the file's bytes, the size rule, and a table's product on a
+// matrix in another layout (repacked per call) equal to the product on its own layout.
+TEST(QuantKernels, Q8GroupsLayoutKeepsEveryValue) {
+  ThreadPool pool(2);
+  for (int64_t cols : {1, 31, 32, 48, 255, 256, 300, 1152, 4304}) {
+    const int64_t rows = 9;
+    const WeightMatrix w = Make(rows, cols, WeightFormat::kQ8_0, static_cast<uint32_t>(cols));
+    auto g = w.WithLayout(WeightLayout::kQ8Groups, &pool);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    EXPECT_EQ(g->layout(), WeightLayout::kQ8Groups);
+    EXPECT_EQ(g->row_bytes(), Q8GroupsRowBytes(cols));
+    if (CeilDiv(cols, kQ8Block) % kQ8Group == 0) {
+      EXPECT_EQ(g->row_bytes(), w.row_bytes());
+    }
+    std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      w.Row(r, a.data());
+      g->Row(r, b.data());
+      ASSERT_EQ(a, b) << "cols=" << cols << " r=" << r;
+    }
+    auto back = g->WithLayout(WeightLayout::kRows);
+    ASSERT_TRUE(back.ok());
+    ASSERT_EQ(back->bytes(), w.bytes());
+    EXPECT_EQ(std::memcmp(back->data(), w.data(), w.bytes()), 0) << "cols=" << cols;
+    // A view of the grouped bytes is the same matrix; a wrong size is refused.
+    auto view = WeightMatrix::FromStorage(WeightFormat::kQ8_0, g->data(), g->bytes(), rows, cols, WeightLayout::kQ8Groups);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    view->Row(rows - 1, b.data());
+    w.Row(rows - 1, a.data());
+    EXPECT_EQ(a, b);
+    EXPECT_FALSE(WeightMatrix::FromStorage(WeightFormat::kQ8_0, g->data(), g->bytes() - 1, rows, cols,
+                                           WeightLayout::kQ8Groups)
+                     .ok());
+    const std::vector<float> x = Random(static_cast<size_t>(5 * cols), 5, 1.0f);
+    for (const MatMulKernels* k : AvailableKernels()) {
+      for (int64_t n : {1, 5}) {
+        std::vector<float> own(static_cast<size_t>(n * rows)), other(own.size());
+        w.ForKernels(*k)->MatMulWith(*k, x.data(), n, own.data(), &pool);
+        const WeightMatrix& elsewhere = k->layout[static_cast<int>(WeightFormat::kQ8_0)] == WeightLayout::kRows ? *g : w;
+        elsewhere.MatMulWith(*k, x.data(), n, other.data(), &pool);
+        EXPECT_EQ(own, other) << k->name << " cols=" << cols << " n=" << n;
+      }
+    }
+  }
+  const WeightMatrix q4 = Make(2, 256, WeightFormat::kQ4K, 1);
+  auto refused = q4.WithLayout(WeightLayout::kQ8Groups);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("q8_0"), std::string::npos) << refused.status().ToString();
+  EXPECT_FALSE(WeightMatrix::FromStorage(WeightFormat::kQ4K, q4.data(), q4.bytes(), 2, 256, WeightLayout::kQ8Groups).ok());
 }
 
 TEST(QuantKernels, ConversionsAndRowsAgree) {

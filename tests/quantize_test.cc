@@ -113,8 +113,16 @@ TEST_P(QuantizeLayout, LoadsWithoutConvertingAndMatchesLoadTimeQuantization) {
     EXPECT_GT(packed, 0);
   }
 
+  // The head is held in the layout the active table's tile reads after a load-time conversion and
+  // from the folder; a model loaded with a ConversionLog (to be written) keeps the file's rows.
   auto converted = Load(in, mode);
   ASSERT_NE(converted, nullptr);
+  auto plain = Load(out, mode);
+  ASSERT_NE(plain, nullptr);
+  for (const auto* m : {&plain->decoder().lm_head(), &converted->decoder().lm_head()}) {
+    EXPECT_EQ(m->layout(), ActiveKernels().layout[static_cast<int>(m->format())]) << WeightFormatName(m->format());
+  }
+  EXPECT_EQ(pre->decoder().lm_head().layout(), WeightLayout::kRows);
   const auto want = Logits(converted), got = Logits(pre);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {

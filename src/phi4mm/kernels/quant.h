@@ -74,6 +74,21 @@ inline size_t Q4KRowBytes(int64_t cols) { return static_cast<size_t>(CeilDiv(col
 inline size_t A8RowBytes(int64_t cols) { return static_cast<size_t>(CeilDiv(cols, kQ8Block)) * sizeof(BlockA8); }
 inline size_t A8KRowBytes(int64_t cols) { return static_cast<size_t>(CeilDiv(cols, kQ4KBlock)) * sizeof(BlockA8K); }
 
+// Q8_0 rows in eight-block groups (WeightLayout::kQ8Groups, the compute layout of the avx512
+// table's Q8_0 tile; a matrix is repacked to it at load, the files keep plain Q8_0 rows). A row of
+// nb blocks holds ng = ceil(nb / 8) groups: first ng * 256 bytes of values, then ng * 8 f16 scales
+// (block b's at index b). In group g, byte g*256 + s*32 + k*4 + j holds value 4s + j of block 8g + k
+// with its sign bit flipped (q ^ 0x80 = q + 128, unsigned, as vpdpbusd takes it), so 32-bit lane k
+// of each 32-byte vector belongs to block k and eight vpdpbusd leave the group's eight block sums
+// in the eight lanes. Blocks past nb are zero values (stored 0x80) with scale 0. When nb is a
+// multiple of 8 a row takes as many bytes as in plain Q8_0.
+inline constexpr int kQ8Group = 8;
+inline constexpr size_t kQ8GroupBytes = kQ8Group * sizeof(BlockQ8_0);  // 256 values + 8 scales
+inline int64_t Q8Groups(int64_t cols) { return CeilDiv(CeilDiv(cols, kQ8Block), kQ8Group); }
+inline size_t Q8GroupsRowBytes(int64_t cols) { return static_cast<size_t>(Q8Groups(cols)) * kQ8GroupBytes; }
+void PackQ8GroupsRow(const BlockQ8_0* in, int64_t cols, uint8_t* out);
+void UnpackQ8GroupsRow(const uint8_t* in, int64_t cols, BlockQ8_0* out);
+
 // Weight rows: x[cols] -> blocks, and back (out[cols]).
 void QuantizeRowQ8_0(const float* x, int64_t cols, BlockQ8_0* out);
 void DequantizeRowQ8_0(const BlockQ8_0* in, int64_t cols, float* out);

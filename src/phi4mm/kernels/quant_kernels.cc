@@ -116,6 +116,14 @@ const char* WeightFormatName(WeightFormat f) {
   return "?";
 }
 
+const char* WeightLayoutName(WeightLayout l) {
+  switch (l) {
+    case WeightLayout::kRows: return "rows";
+    case WeightLayout::kQ8Groups: return "q8_groups";
+  }
+  return "?";
+}
+
 namespace {
 
 void PackPairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out, uint8_t flip) {

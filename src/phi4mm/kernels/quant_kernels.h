@@ -23,6 +23,13 @@ inline constexpr int kNumWeightFormats = 5;
 const char* WeightFormatName(WeightFormat f);
 inline bool IsBlockFormat(WeightFormat f) { return f == WeightFormat::kQ8_0 || f == WeightFormat::kQ4K; }
 
+// How a block-format matrix's rows are laid out in memory. kRows: the format's blocks in order, as
+// files store them (every table reads it). kQ8Groups: Q8_0 rows in eight-block groups (quant.h),
+// the compute layout of the avx512 table's Q8_0 tile. A table names the layout its tile reads per
+// format (MatMulKernels::layout); the model loaders repack to the active table's layout.
+enum class WeightLayout { kRows, kQ8Groups };
+const char* WeightLayoutName(WeightLayout l);
+
 inline constexpr int kMaxTileRows = 4;
 inline constexpr int kMaxTileActs = 8;
 // Calls with 1 < n <= kSmallBatch activation rows (a batched decode step) use TileShape's batch
@@ -65,6 +72,8 @@ struct MatMulKernels {
   const char* name = "";
   TileFn tile[kNumWeightFormats] = {};
   TileShape shape[kNumWeightFormats] = {};
+  // The weight layout each format's tile reads (WeightMatrix::WithLayout writes it).
+  WeightLayout layout[kNumWeightFormats] = {};
   QuantizeRowFn quantize_a8 = nullptr;
   QuantizeRowFn quantize_a8k = nullptr;
   // Optional: the Q8_0 tile reads its activations in a layout of its own, which pack_a8 writes

@@ -5,10 +5,11 @@
 //    for Q4_K and Q8_0), for AVX-512 CPUs that lack AVX-VNNI, and for testing that table's source
 //    on them;
 //  - "avx512": the avxvnni table's Q4_K tile over activations repacked into whole cache lines
-//    (A8KLine, pack_a8k), with 32 registers for wider tiles, and a Q8_0 tile that works on four
-//    blocks per zmm over activations packed for it (pack_a8);
+//    (A8KLine, pack_a8k), with 32 registers for wider tiles, and a ymm Q8_0 tile over weights in
+//    eight-block groups (WeightLayout::kQ8Groups, repacked at load) and activations packed to
+//    match (pack_a8);
 //  - "avx512zmm" (CPUs with full-rate 512-bit vpdpbusd): the Q4_K tile holds two blocks per zmm,
-//    over activations packed for it; it shares the Q8_0 tile.
+//    and the Q8_0 tile four blocks per zmm, both over plain rows and activations packed for them.
 // The float formats and the activation quantizers are the AVX2 table's.
 #include <immintrin.h>
 
@@ -79,6 +80,40 @@ void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
     }
 }
 
+// The avx512 table's Q8_0 activations (MatMulKernels::pack_a8), the counterpart of its weights in
+// eight-block groups (WeightLayout::kQ8Groups, quant.h): per group of eight A8 blocks, their 256
+// values in the weights' lane order (value 4s + j of block k at byte s*32 + k*4 + j, signed), the
+// eight scales, and each block's start -128 * sum(q). The weights are stored q + 128 (unsigned, as
+// vpdpbusd takes them), so vpdpbusd from that start over the group leaves sum(w * a) in lane k,
+// exactly. Blocks past the row's end are zero with scale 0. Five cache lines per group.
+struct alignas(64) A8Group {
+  int8_t qs[256];
+  float d[8];
+  int32_t start[8];
+};
+static_assert(sizeof(A8Group) == 320, "A8Group must be 320 bytes (five cache lines)");
+
+size_t PackedA8GroupRowBytes(int64_t cols) { return static_cast<size_t>(Q8Groups(cols)) * sizeof(A8Group); }
+
+void PackA8Groups(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
+  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
+  A8Group* o = reinterpret_cast<A8Group*>(out);
+  const int64_t nb = BlocksQ8(cols), ng = Q8Groups(cols);
+  for (int64_t g = 0; g < ng; ++g)
+    for (int k = 0; k < kQ8Group; ++k) {
+      const int64_t blk = g * kQ8Group + k;
+      const bool in = blk < nb;
+      int32_t sum = 0;
+      for (int p = 0; p < kQ8Block; ++p) {
+        const int8_t q = in ? b[blk].qs[p] : 0;
+        o[g].qs[(p / 4) * 32 + k * 4 + p % 4] = q;
+        sum += q;
+      }
+      o[g].d[k] = in ? b[blk].d : 0.0f;
+      o[g].start[k] = -128 * sum;
+    }
+}
+
 // The avx512 table's Q4_K activations (MatMulKernels::pack_a8k): each A8K block as one A8KLine
 // (vnni_ymm_tiles.h), so that every 32-byte load of the tile stays inside a cache line.
 size_t PackedA8KLineRowBytes(int64_t cols) { return static_cast<size_t>(BlocksQ4K(cols)) * sizeof(A8KLine); }
@@ -94,7 +129,8 @@ void PackA8KLines(const uint8_t* a8k_row, int64_t cols, uint8_t* out) {
   }
 }
 
-// The Q8_0 tile of both avx512 tables: vpdpbusd on zmm, four blocks per register. Each weight
+// The Q8_0 tile of the avx512zmm table (and of the avx512 table before the eight-block groups):
+// vpdpbusd on zmm, four blocks per register. Each weight
 // vector holds the same half (bytes 0-15 or 16-31) of four blocks, block k in lanes 4k..4k+3, so
 // the two vpdpbusd of a (weight row, activation row) leave each block's sum in its own four lanes
 // and the float tail (convert, scale product, FMA) runs once per four blocks: 2 vpdpbusd and 3
@@ -103,7 +139,7 @@ void PackA8KLines(const uint8_t* a8k_row, int64_t cols, uint8_t* out) {
 // bounded it: on a Zen 5 ~118 GMAC/s per thread at 8 rows, a quarter of the zmm vpdpbusd peak; on
 // a Zen 4, whose zmm operations take two passes through the 256-bit units, the float multiplies
 // and FMAs share the two pipes that run vpdpbusd, and the two-block tile ran 20-30% slower than
-// this one at 8 and 256 rows (docs/benchmarks.md), so the ymm table uses this tile too. The weight
+// this one at 8 and 256 rows (docs/benchmarks.md), so the ymm table used this tile too. The weight
 // side (four 16-byte loads and two inserts per vector, the sign-trick start, the four scales) is
 // built once per weight row and four blocks. Every (weight row, activation row) pair runs the same
 // steps whatever the tile shape, so a row's result does not depend on the batch. The sign trick
@@ -155,6 +191,65 @@ struct Q8QuadVnniImpl : ZmmAcc {
 
   template <int R, int N>
   static void Run(const TileArgs& t) { RunTile<Q8QuadVnniImpl, R, N>(t); }
+};
+
+// The avx512 table's Q8_0 tile: weights in eight-block groups (WeightLayout::kQ8Groups) against
+// A8Group activations, vpdpbusd on ymm with block k of the group in lane k. Per (weight row,
+// activation row) and group: 8 vpdpbusd from the activation row's start vector, then one float
+// tail for all eight blocks (convert, the weight and activation scales' product, FMA): 8
+// vpdpbusd and 3 float operations per 256 multiply-adds, where the four-block zmm tile below
+// spends (on a Zen 4, whose zmm operations take two passes) the equivalent of 8 ymm vpdpbusd and
+// 12 float operations on the same two pipes. The weight vectors are loaded once per weight row
+// and reused for the N activation rows, whose bytes are vpdpbusd's memory operands. Every
+// (weight row, activation row) pair runs the same steps whatever the tile shape, so a row's
+// result does not depend on the batch. A group's bytes: 256 values, then (in the row's scale
+// area, after all its groups' values) 8 f16 scales.
+struct Q8GroupVnniImpl : YmmAcc {
+  struct W {
+    uint8_t bytes[kQ8GroupBytes];
+  };
+  using A = A8Group;
+  static constexpr int kGroup = 1;
+  static int64_t Blocks(int64_t cols) { return Q8Groups(cols); }
+
+  template <int R, int N, bool kFull>
+  static void Step(const W* const (&w)[R], const A8Group* const (&a)[N], int64_t g, int64_t ng,
+                   __m256 (&acc)[R][N]) {
+    __m256i sum[R][N];
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const __m256i start = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i][g].start));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) sum[r][i] = start;
+    }
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* values = reinterpret_cast<const uint8_t*>(w[r]) + g * 256 + 32 * s;
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values));
+#pragma GCC unroll 8
+        for (int i = 0; i < N; ++i)
+          sum[r][i] = Dpbusd(sum[r][i], wv, _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i][g].qs + 32 * s)));
+      }
+    }
+    __m256 dw[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* scales = reinterpret_cast<const uint8_t*>(w[r]) + ng * 256 + g * 16;
+      dw[r] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const __m256 da = _mm256_load_ps(a[i][g].d);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r][i]), _mm256_mul_ps(dw[r], da), acc[r][i]);
+    }
+  }
+
+  template <int R, int N>
+  static void Run(const TileArgs& t) { RunTile<Q8GroupVnniImpl, R, N>(t); }
 };
 
 // Q4_K x A8K with vpdpbusd on zmm, two blocks per register, for CPUs that run a 512-bit
@@ -281,9 +376,10 @@ MatMulKernels MakeAvx512() {
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl<A8KLines>>;
   k.pack_a8k = &PackA8KLines;
   k.packed_a8k_row_bytes = &PackedA8KLineRowBytes;
-  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8QuadVnniImpl>;
-  k.pack_a8 = &PackA8Quads;
-  k.packed_a8_row_bytes = &PackedA8QuadRowBytes;
+  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8GroupVnniImpl>;
+  k.layout[static_cast<int>(WeightFormat::kQ8_0)] = WeightLayout::kQ8Groups;
+  k.pack_a8 = &PackA8Groups;
+  k.packed_a8_row_bytes = &PackedA8GroupRowBytes;
   // TileShape bench (1 thread, 16384x3072, n = 256; GMAC/s): 4x3 87, 3x3 83, 3x4 83, 4x4 79,
   // 2x4 71. GEMV: 4 rows 47, 2 rows 44, 1 row 40. A zmm variant (vpdpbusd on 64 positions, the
   // two halves folded per block) measured 79 at its best shape (4x4) and was dropped.
@@ -319,6 +415,10 @@ const MatMulKernels& quant_internal::Avx512ZmmKernels() {
     // brackets): 256 rows 4x3 215 / 223 (130 / 143), 4x4 208 / 209, 3x3 189 / 179; 8 rows 4x4
     // 224 / 227 (147 / 143), 1x8 227 / 240, 2x8 223 / 211; one row, 2 rows per tile 94 / 87 (56).
     z.shape[static_cast<int>(WeightFormat::kQ4K)] = {2, 4, 3, 4, 4};
+    z.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8QuadVnniImpl>;
+    z.layout[static_cast<int>(WeightFormat::kQ8_0)] = WeightLayout::kRows;
+    z.pack_a8 = &PackA8Quads;
+    z.packed_a8_row_bytes = &PackedA8QuadRowBytes;
     // Q8_0 on a Zen 5 (TileShape, 1 thread, 16384x3072, GMAC/s, best of 3; the earlier two-block
     // tile in brackets): 256 rows 3x4 134 (106), 4x4 131 (107), 2x4 112 (91); 8 rows 2x8 173
     // (117), 1x8 152 (93), 4x4 126 (114); one row, 4 rows per tile, 45 (46).

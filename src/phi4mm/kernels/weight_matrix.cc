@@ -60,7 +60,8 @@ float DotF32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-size_t WeightMatrix::RowBytesOf(WeightFormat f, int64_t cols) {
+size_t WeightMatrix::RowBytesOf(WeightFormat f, WeightLayout l, int64_t cols) {
+  if (l == WeightLayout::kQ8Groups) return Q8GroupsRowBytes(cols);
   switch (f) {
     case WeightFormat::kF32: return static_cast<size_t>(cols) * 4;
     case WeightFormat::kBF16:
@@ -83,18 +84,22 @@ Result<WeightMatrix> WeightMatrix::FromData(DType dtype, const void* data, int64
       return Unsupported(std::string("weights stored as ") + DTypeName(dtype) +
                          " are not supported (expected F32, BF16 or F16)");
   }
-  w.row_bytes_ = RowBytesOf(w.format_, cols);
+  w.row_bytes_ = RowBytesOf(w.format_, WeightLayout::kRows, cols);
   w.ViewOrCopy(data, DTypeSize(dtype));
   return w;
 }
 
 Result<WeightMatrix> WeightMatrix::FromStorage(WeightFormat format, const void* data, size_t nbytes, int64_t rows,
-                                               int64_t cols) {
+                                               int64_t cols, WeightLayout layout) {
+  if (layout == WeightLayout::kQ8Groups && format != WeightFormat::kQ8_0)
+    return InvalidArgument(std::string("the ") + WeightLayoutName(layout) + " layout holds q8_0 rows, not " +
+                           WeightFormatName(format));
   WeightMatrix w;
   w.format_ = format;
+  w.layout_ = layout;
   w.rows_ = rows;
   w.cols_ = cols;
-  w.row_bytes_ = RowBytesOf(format, cols);
+  w.row_bytes_ = RowBytesOf(format, layout, cols);
   if (rows < 0 || cols < 0 || nbytes != w.bytes())
     return InvalidArgument(std::string(WeightFormatName(format)) + " storage of " + std::to_string(rows) + "x" +
                            std::to_string(cols) + " needs " + std::to_string(w.bytes()) + " bytes, got " +
@@ -118,7 +123,7 @@ WeightMatrix WeightMatrix::FromF32(std::vector<float> values, int64_t rows, int6
   w.rows_ = rows;
   w.cols_ = cols;
   w.format_ = WeightFormat::kF32;
-  w.row_bytes_ = RowBytesOf(w.format_, cols);
+  w.row_bytes_ = RowBytesOf(w.format_, WeightLayout::kRows, cols);
   w.owned_ = AllocateHugeAligned(values.size() * sizeof(float));
   std::memcpy(w.owned_.get(), values.data(), values.size() * sizeof(float));
   w.data_ = w.owned_.get();
@@ -131,7 +136,7 @@ Result<WeightMatrix> WeightMatrix::Quantize(WeightFormat target, ThreadPool* poo
   q.format_ = target;
   q.rows_ = rows_;
   q.cols_ = cols_;
-  q.row_bytes_ = RowBytesOf(target, cols_);
+  q.row_bytes_ = RowBytesOf(target, WeightLayout::kRows, cols_);
   q.owned_ = AllocateHugeAligned(q.bytes());
   q.data_ = q.owned_.get();
   uint8_t* dst = q.owned_.get();
@@ -169,8 +174,47 @@ Result<WeightMatrix> WeightMatrix::ConvertedTo(std::optional<WeightFormat> targe
   return Quantize(*target, pool);
 }
 
+Result<WeightMatrix> WeightMatrix::WithLayout(WeightLayout layout, ThreadPool* pool) const {
+  if (layout == layout_) return *this;
+  if (format_ != WeightFormat::kQ8_0)
+    return InvalidArgument(std::string("the ") + WeightLayoutName(layout) + " layout holds q8_0 rows, not " +
+                           WeightFormatName(format_));
+  WeightMatrix m = *this;
+  m.layout_ = layout;
+  m.row_bytes_ = RowBytesOf(format_, layout, cols_);
+  m.owned_ = AllocateHugeAligned(m.bytes());
+  m.data_ = m.owned_.get();
+  uint8_t* dst = m.owned_.get();
+  auto body = [&](int64_t b, int64_t e) {
+    std::vector<BlockQ8_0> blocks(static_cast<size_t>(CeilDiv(cols_, kQ8Block)));
+    for (int64_t r = b; r < e; ++r) {
+      const uint8_t* in = data() + static_cast<size_t>(r) * row_bytes_;
+      uint8_t* out = dst + static_cast<size_t>(r) * m.row_bytes_;
+      if (layout == WeightLayout::kQ8Groups) {
+        PackQ8GroupsRow(reinterpret_cast<const BlockQ8_0*>(in), cols_, out);
+      } else {
+        UnpackQ8GroupsRow(in, cols_, blocks.data());
+        std::memcpy(out, blocks.data(), m.row_bytes_);
+      }
+    }
+  };
+  if (pool != nullptr) pool->ParallelFor(rows_, body, 256);
+  else body(0, rows_);
+  return m;
+}
+
+Result<WeightMatrix> WeightMatrix::ForKernels(const MatMulKernels& k, ThreadPool* pool) const {
+  return WithLayout(k.layout[static_cast<int>(format_)], pool);
+}
+
 void WeightMatrix::Row(int64_t r, float* out) const {
   const uint8_t* p = data() + static_cast<size_t>(r) * row_bytes_;
+  if (layout_ == WeightLayout::kQ8Groups) {
+    std::vector<BlockQ8_0> blocks(static_cast<size_t>(CeilDiv(cols_, kQ8Block)));
+    UnpackQ8GroupsRow(p, cols_, blocks.data());
+    DequantizeRowQ8_0(blocks.data(), cols_, out);
+    return;
+  }
   switch (format_) {
     case WeightFormat::kF32: std::memcpy(out, p, static_cast<size_t>(cols_) * sizeof(float)); break;
     case WeightFormat::kBF16:
@@ -192,6 +236,13 @@ void WeightMatrix::MatMulWith(const MatMulKernels& k, const float* x, int64_t n,
                               bool accumulate) const {
   if (rows_ == 0 || n == 0) return;
   const int fi = static_cast<int>(format_);
+  if (k.layout[fi] != layout_) {
+    // A table whose tile reads another layout (tests and benchmarks comparing tables): repack a
+    // copy for this call. Model weights are loaded in the active table's layout (ForKernels).
+    auto m = WithLayout(k.layout[fi], pool);
+    if (m.ok()) m->MatMulWith(k, x, n, y, pool, accumulate);
+    return;
+  }
   const TileFn tile = k.tile[fi];
   const TileShape shape = k.shape[fi];
   // A batched decode step's few rows all meet each weight tile in one pass (the batch shape); a

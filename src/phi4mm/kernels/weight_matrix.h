@@ -3,8 +3,9 @@
 // (embeddings). Storage is either a zero-copy view into a memory-mapped checkpoint (f32, bf16,
 // f16) or an owned buffer (converted or block-quantized at load: Q8_0, Q4_K, see quant.h). The
 // products run on the kernel table chosen for this CPU (quant_kernels.h); the block formats
-// quantize the activations to int8 blocks on the fly. Immutable after construction; copies share
-// the storage; safe to use from several threads at once.
+// quantize the activations to int8 blocks on the fly. A block format's rows may sit in the compute
+// layout of a kernel table (WeightLayout, repacked at load) instead of the file's. Immutable after
+// construction; copies share the storage; safe to use from several threads at once.
 #pragma once
 
 #include <cstdint>
@@ -43,20 +44,28 @@ class WeightMatrix {
   // Unaligned data is copied into an owned buffer.
   static Result<WeightMatrix> FromData(DType dtype, const void* data, int64_t rows, int64_t cols);
   static WeightMatrix FromF32(std::vector<float> values, int64_t rows, int64_t cols);
-  // A view of `nbytes` of rows already in `format`'s storage layout — what data()/bytes() of a
-  // matrix in that format hold (a pre-quantized checkpoint). Fails when nbytes does not match.
+  // A view of `nbytes` of rows already in `format`'s storage in `layout` — what data()/bytes() of a
+  // matrix in that format and layout hold (a pre-quantized checkpoint: kRows). Fails when nbytes
+  // does not match or the layout is not one of the format's.
   static Result<WeightMatrix> FromStorage(WeightFormat format, const void* data, size_t nbytes, int64_t rows,
-                                          int64_t cols);
+                                          int64_t cols, WeightLayout layout = WeightLayout::kRows);
 
   // A copy in `target` format (owned storage); the same matrix when it already is. Block formats
   // are quantized round-to-nearest from the values Row() gives. Rows are split over `pool`.
   Result<WeightMatrix> Quantize(WeightFormat target, ThreadPool* pool = nullptr) const;
   // Quantize(*target) when `target` is set, else this matrix.
   Result<WeightMatrix> ConvertedTo(std::optional<WeightFormat> target, ThreadPool* pool = nullptr) const;
+  // The same values with rows in `layout` (an owned copy; this matrix when it already is): what a
+  // kernel table's tile reads (MatMulKernels::layout). kRows is every format's; kQ8Groups is
+  // Q8_0's only (InvalidArgument for another format). Quantize always writes kRows.
+  Result<WeightMatrix> WithLayout(WeightLayout layout, ThreadPool* pool = nullptr) const;
+  // WithLayout(k.layout[format()]): the matrix `k`'s tile reads without repacking per call.
+  Result<WeightMatrix> ForKernels(const MatMulKernels& k, ThreadPool* pool = nullptr) const;
 
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   WeightFormat format() const { return format_; }
+  WeightLayout layout() const { return layout_; }
   size_t bytes() const { return row_bytes_ * static_cast<size_t>(rows_); }
   size_t row_bytes() const { return row_bytes_; }
   const uint8_t* data() const { return static_cast<const uint8_t*>(data_); }
@@ -64,16 +73,19 @@ class WeightMatrix {
 
   // y[n, rows] (+)= x[n, cols] · Wᵀ. Threads split the output rows.
   void MatMul(const float* x, int64_t n, float* y, ThreadPool* pool, bool accumulate = false) const;
-  // The same with an explicit kernel table (tests and benchmarks compare the tables).
+  // The same with an explicit kernel table (tests and benchmarks compare the tables). When the
+  // table's tile reads another layout than this matrix's, the call repacks a temporary copy first
+  // (correct, but a copy of the matrix per call: hot paths hold ForKernels matrices).
   void MatMulWith(const MatMulKernels& k, const float* x, int64_t n, float* y, ThreadPool* pool,
                   bool accumulate = false) const;
   // out[cols] = W[r, :] as float (dequantized for the block formats).
   void Row(int64_t r, float* out) const;
 
  private:
-  static size_t RowBytesOf(WeightFormat f, int64_t cols);
+  static size_t RowBytesOf(WeightFormat f, WeightLayout l, int64_t cols);
 
   WeightFormat format_ = WeightFormat::kF32;
+  WeightLayout layout_ = WeightLayout::kRows;
   int64_t rows_ = 0, cols_ = 0;
   size_t row_bytes_ = 0;
   const void* data_ = nullptr;

@@ -14,10 +14,23 @@ std::optional<WeightFormat> WeightFormatFromName(const std::string& name) {
   return std::nullopt;
 }
 
+// `m` in the layout the active kernel table's tile reads (a copy when that is not the file's; the
+// file's pages it was made from are then dropped). A checkpoint being converted for writing
+// (`phi4mm quantize`, a ConversionLog) keeps the file's layout, which is what gets written.
+Result<WeightMatrix> InKernelLayout(const Checkpoint& ckpt, WeightMatrix m, const TensorView& t, ThreadPool* pool) {
+  if (ckpt.conversion_log() != nullptr) return m;
+  const WeightLayout want = ActiveKernels().layout[static_cast<int>(m.format())];
+  if (want == m.layout()) return m;
+  auto repacked = m.WithLayout(want, pool);
+  if (!repacked.ok()) return repacked.status();
+  if (m.data() == t.data) AdviseUnneeded(t.data, t.nbytes);
+  return repacked;
+}
+
 // A tensor `phi4mm quantize` stored in a weight format: a view of its rows, when that is the format
 // asked for, none is, or the folder is loaded in the mode it was written with (Checkpoint::load_mode).
 Result<WeightMatrix> LoadPacked(const Checkpoint& ckpt, const std::string& name, const TensorView& t, int64_t rows,
-                                int64_t cols, std::optional<WeightFormat> format) {
+                                int64_t cols, std::optional<WeightFormat> format, ThreadPool* pool) {
   const std::string what = "pre-quantized tensor '" + ckpt.SourceName(name) + "' in '" + t.file + "'";
   const std::optional<WeightFormat> stored = WeightFormatFromName(t.packed->format);
   if (!stored)
@@ -35,7 +48,7 @@ Result<WeightMatrix> LoadPacked(const Checkpoint& ckpt, const std::string& name,
   }
   auto m = WeightMatrix::FromStorage(*stored, t.data, t.nbytes, rows, cols);
   if (!m.ok()) return m.status().WithContext(what);
-  return m;
+  return InKernelLayout(ckpt, std::move(*m), t, pool);
 }
 
 }  // namespace
@@ -48,7 +61,7 @@ Result<WeightMatrix> LoadWeight(const Checkpoint& ckpt, const std::string& name,
   if (numel != rows * cols)
     return Internal("tensor '" + ckpt.SourceName(name) + "' has " + std::to_string(numel) + " values, not the " +
                     std::to_string(rows) + "x" + std::to_string(cols) + " the model needs");
-  if (t.packed) return LoadPacked(ckpt, name, t, rows, cols, format);
+  if (t.packed) return LoadPacked(ckpt, name, t, rows, cols, format, pool);
   auto stored = WeightMatrix::FromData(t.dtype, t.data, rows, cols);
   if (!stored.ok()) return stored.status().WithContext("tensor '" + ckpt.SourceName(name) + "'");
   if (!format || *format == stored->format()) return stored;
@@ -60,7 +73,7 @@ Result<WeightMatrix> LoadWeight(const Checkpoint& ckpt, const std::string& name,
     log->Record(name, {WeightFormatName(*format), rows, cols, std::shared_ptr<const uint8_t>(keep, keep->data()),
                        keep->bytes()});
   }
-  return converted;
+  return InKernelLayout(ckpt, std::move(*converted), t, pool);
 }
 
 Result<std::vector<float>> LoadFloats(const Checkpoint& ckpt, const std::string& name,

@@ -4,6 +4,9 @@
 // again. Every loader (decoder, LoRA adapters, embedding, vision, speech) goes through here, so a
 // new storage source plugs in at one place: a pre-quantized checkpoint (`phi4mm quantize`) gives
 // views of its packed rows, and a checkpoint with a ConversionLog attached records each conversion.
+// A matrix whose format the active kernel table reads in a compute layout of its own (WeightLayout:
+// the avx512 table's Q8_0 groups) is repacked to it here, once, unless a ConversionLog is attached
+// (what `phi4mm quantize` writes is the file layout).
 #pragma once
 
 #include <optional>

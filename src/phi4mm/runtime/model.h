@@ -33,7 +33,10 @@ struct LoadOptions {
   // cache and the bytes decode reads at a cost far below the weights' own rounding.
   std::optional<KvDType> kv_dtype = std::nullopt;
   // When set, every weight converted at load (also by vision() / speech() later) is recorded here
-  // (`phi4mm quantize`, io/prequantized.h); must outlive the model's loading.
+  // (`phi4mm quantize`, io/prequantized.h); must outlive the model's loading. Such a model keeps its
+  // weights in the file layout that gets written, not in the active kernel table's compute layout
+  // (WeightLayout), so it runs, but the avx512 table repacks its Q8_0 matrices on every product:
+  // load the written folder to run it.
   ConversionLog* conversion_log = nullptr;
 };
 
