@@ -143,29 +143,28 @@ void DequantizeRowQ8_0(const BlockQ8_0* in, int64_t cols, float* out) {
   }
 }
 
+namespace {
+// Byte of value p (0..31) of block b in a kQ8Groups row of nb blocks.
+int64_t Q8GroupsPos(int64_t b, int p, int64_t nb) {
+  const int64_t g = b / kQ8Group, k = b % kQ8Group, m = std::min<int64_t>(kQ8Group, nb - g * kQ8Group);
+  return g * kQ8Group * kQ8Block + (p / 4) * 4 * m + k * 4 + p % 4;
+}
+}  // namespace
+
 void PackQ8GroupsRow(const BlockQ8_0* in, int64_t cols, uint8_t* out) {
-  const int64_t nb = CeilDiv(cols, kQ8Block), ng = Q8Groups(cols);
-  uint8_t* values = out;
-  uint16_t* scales = reinterpret_cast<uint16_t*>(out + ng * kQ8Group * kQ8Block);
-  for (int64_t b = 0; b < ng * kQ8Group; ++b) {
-    const int64_t g = b / kQ8Group, k = b % kQ8Group;
-    for (int p = 0; p < kQ8Block; ++p) {
-      const uint8_t q = b < nb ? static_cast<uint8_t>(in[b].qs[p]) : 0;
-      values[g * 256 + (p / 4) * 32 + k * 4 + p % 4] = static_cast<uint8_t>(q ^ 0x80);
-    }
-    const uint16_t d = b < nb ? in[b].d : 0;
-    std::memcpy(scales + b, &d, sizeof(d));
+  const int64_t nb = CeilDiv(cols, kQ8Block);
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int p = 0; p < kQ8Block; ++p)
+      out[Q8GroupsPos(b, p, nb)] = static_cast<uint8_t>(static_cast<uint8_t>(in[b].qs[p]) ^ 0x80);
+    std::memcpy(out + nb * kQ8Block + 2 * b, &in[b].d, sizeof(in[b].d));
   }
 }
 
 void UnpackQ8GroupsRow(const uint8_t* in, int64_t cols, BlockQ8_0* out) {
-  const int64_t nb = CeilDiv(cols, kQ8Block), ng = Q8Groups(cols);
-  const uint8_t* scales = in + ng * kQ8Group * kQ8Block;
+  const int64_t nb = CeilDiv(cols, kQ8Block);
   for (int64_t b = 0; b < nb; ++b) {
-    const int64_t g = b / kQ8Group, k = b % kQ8Group;
-    for (int p = 0; p < kQ8Block; ++p)
-      out[b].qs[p] = static_cast<int8_t>(in[g * 256 + (p / 4) * 32 + k * 4 + p % 4] ^ 0x80);
-    std::memcpy(&out[b].d, scales + 2 * b, sizeof(out[b].d));
+    for (int p = 0; p < kQ8Block; ++p) out[b].qs[p] = static_cast<int8_t>(in[Q8GroupsPos(b, p, nb)] ^ 0x80);
+    std::memcpy(&out[b].d, in + nb * kQ8Block + 2 * b, sizeof(out[b].d));
   }
 }
 

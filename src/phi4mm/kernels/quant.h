@@ -76,16 +76,14 @@ inline size_t A8KRowBytes(int64_t cols) { return static_cast<size_t>(CeilDiv(col
 
 // Q8_0 rows in eight-block groups (WeightLayout::kQ8Groups, the compute layout of the avx512
 // table's Q8_0 tile; a matrix is repacked to it at load, the files keep plain Q8_0 rows). A row of
-// nb blocks holds ng = ceil(nb / 8) groups: first ng * 256 bytes of values, then ng * 8 f16 scales
-// (block b's at index b). In group g, byte g*256 + s*32 + k*4 + j holds value 4s + j of block 8g + k
-// with its sign bit flipped (q ^ 0x80 = q + 128, unsigned, as vpdpbusd takes it), so 32-bit lane k
-// of each 32-byte vector belongs to block k and eight vpdpbusd leave the group's eight block sums
-// in the eight lanes. Blocks past nb are zero values (stored 0x80) with scale 0. When nb is a
-// multiple of 8 a row takes as many bytes as in plain Q8_0.
+// nb blocks takes the same nb * 34 bytes as a plain one: first the values (32 * nb bytes) in groups
+// of eight blocks, then the nb f16 scales in block order. Group g holds blocks 8g .. 8g + m - 1,
+// m = min(8, nb - 8g) (only the last group may be narrower), at bytes g * 256 .. + 32m: value 4s
+// + j of its block k at g * 256 + s * 4m + k * 4 + j, with its sign bit flipped (q ^ 0x80 = q +
+// 128, unsigned, as vpdpbusd takes it). So in a full group, 32-bit lane k of each 32-byte vector
+// belongs to block k and eight vpdpbusd leave the eight block sums in the eight lanes; the last
+// group's vectors are 4m bytes (masked loads).
 inline constexpr int kQ8Group = 8;
-inline constexpr size_t kQ8GroupBytes = kQ8Group * sizeof(BlockQ8_0);  // 256 values + 8 scales
-inline int64_t Q8Groups(int64_t cols) { return CeilDiv(CeilDiv(cols, kQ8Block), kQ8Group); }
-inline size_t Q8GroupsRowBytes(int64_t cols) { return static_cast<size_t>(Q8Groups(cols)) * kQ8GroupBytes; }
 void PackQ8GroupsRow(const BlockQ8_0* in, int64_t cols, uint8_t* out);
 void UnpackQ8GroupsRow(const uint8_t* in, int64_t cols, BlockQ8_0* out);
 

@@ -93,12 +93,14 @@ struct alignas(64) A8Group {
 };
 static_assert(sizeof(A8Group) == 320, "A8Group must be 320 bytes (five cache lines)");
 
-size_t PackedA8GroupRowBytes(int64_t cols) { return static_cast<size_t>(Q8Groups(cols)) * sizeof(A8Group); }
+size_t PackedA8GroupRowBytes(int64_t cols) {
+  return static_cast<size_t>(CeilDiv(BlocksQ8(cols), kQ8Group)) * sizeof(A8Group);
+}
 
 void PackA8Groups(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
   const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
   A8Group* o = reinterpret_cast<A8Group*>(out);
-  const int64_t nb = BlocksQ8(cols), ng = Q8Groups(cols);
+  const int64_t nb = BlocksQ8(cols), ng = CeilDiv(nb, kQ8Group);
   for (int64_t g = 0; g < ng; ++g)
     for (int k = 0; k < kQ8Group; ++k) {
       const int64_t blk = g * kQ8Group + k;
@@ -193,28 +195,29 @@ struct Q8QuadVnniImpl : ZmmAcc {
   static void Run(const TileArgs& t) { RunTile<Q8QuadVnniImpl, R, N>(t); }
 };
 
-// The avx512 table's Q8_0 tile: weights in eight-block groups (WeightLayout::kQ8Groups) against
-// A8Group activations, vpdpbusd on ymm with block k of the group in lane k. Per (weight row,
-// activation row) and group: 8 vpdpbusd from the activation row's start vector, then one float
-// tail for all eight blocks (convert, the weight and activation scales' product, FMA): 8
+// The avx512 table's Q8_0 tile: weights in eight-block groups (WeightLayout::kQ8Groups, quant.h)
+// against A8Group activations, vpdpbusd on ymm with block k of the group in lane k. Per (weight
+// row, activation row) and group: 8 vpdpbusd from the activation row's start vector, then one
+// float tail for all eight blocks (convert, the weight and activation scales' product, FMA): 8
 // vpdpbusd and 3 float operations per 256 multiply-adds, where the four-block zmm tile below
 // spends (on a Zen 4, whose zmm operations take two passes) the equivalent of 8 ymm vpdpbusd and
 // 12 float operations on the same two pipes. The weight vectors are loaded once per weight row
-// and reused for the N activation rows, whose bytes are vpdpbusd's memory operands. Every
-// (weight row, activation row) pair runs the same steps whatever the tile shape, so a row's
-// result does not depend on the batch. A group's bytes: 256 values, then (in the row's scale
-// area, after all its groups' values) 8 f16 scales.
+// and reused for the N activation rows, whose bytes are vpdpbusd's memory operands. A row's last
+// group of m < 8 blocks (kFull = false) has 4m-byte vectors and m scales, loaded masked (zero
+// lanes, which meet zero activations with scale 0). Every (weight row, activation row) pair runs
+// the same steps whatever the tile shape, so a row's result does not depend on the batch.
 struct Q8GroupVnniImpl : YmmAcc {
-  struct W {
-    uint8_t bytes[kQ8GroupBytes];
-  };
+  using W = BlockQ8_0;  // RunTile's unit (kGroup blocks per step, the prefetch's stride)
   using A = A8Group;
-  static constexpr int kGroup = 1;
-  static int64_t Blocks(int64_t cols) { return Q8Groups(cols); }
+  static constexpr int kGroup = kQ8Group;
+  static int64_t Blocks(int64_t cols) { return BlocksQ8(cols); }
 
   template <int R, int N, bool kFull>
-  static void Step(const W* const (&w)[R], const A8Group* const (&a)[N], int64_t g, int64_t ng,
+  static void Step(const BlockQ8_0* const (&w)[R], const A8Group* const (&a)[N], int64_t g, int64_t nb,
                    __m256 (&acc)[R][N]) {
+    const int64_t m = kFull ? kQ8Group : nb - g * kQ8Group;
+    const __mmask32 value_mask = kFull ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (4 * m)) - 1);
+    const __mmask8 scale_mask = kFull ? __mmask8{0xFF} : static_cast<__mmask8>((1u << m) - 1);
     __m256i sum[R][N];
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
@@ -226,8 +229,9 @@ struct Q8GroupVnniImpl : YmmAcc {
     for (int s = 0; s < 8; ++s) {
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        const uint8_t* values = reinterpret_cast<const uint8_t*>(w[r]) + g * 256 + 32 * s;
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values));
+        const uint8_t* values = reinterpret_cast<const uint8_t*>(w[r]) + g * 256 + 4 * m * s;
+        const __m256i wv = kFull ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values))
+                                 : _mm256_maskz_loadu_epi8(value_mask, values);
 #pragma GCC unroll 8
         for (int i = 0; i < N; ++i)
           sum[r][i] = Dpbusd(sum[r][i], wv, _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i][g].qs + 32 * s)));
@@ -236,8 +240,10 @@ struct Q8GroupVnniImpl : YmmAcc {
     __m256 dw[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const uint8_t* scales = reinterpret_cast<const uint8_t*>(w[r]) + ng * 256 + g * 16;
-      dw[r] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+      const uint8_t* scales = reinterpret_cast<const uint8_t*>(w[r]) + nb * kQ8Block + g * 16;
+      const __m128i d16 = kFull ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales))
+                                : _mm_maskz_loadu_epi16(scale_mask, scales);
+      dw[r] = _mm256_cvtph_ps(d16);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
@@ -391,14 +397,19 @@ MatMulKernels MakeAvx512() {
   // / 0.49-0.67; end to end (concurrency 8, three alternating rounds) 53.5-55.2 against 51.8-54.0
   // tok/s. Four rows run 3x4 in one pass.
   k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 4, 3, 3, 8};
-  // Q8_0, the four-block tile on a Zen 4 EPYC (TileShape, 1 thread, 16384x3072, GMAC/s, two
-  // rounds): 256 rows 3x4 79 / 82, 4x4 81 / 80, 2x4 79 / 79, 4x3 73 / 75; 8 rows 2x8 77 / 86, 4x4
-  // 70 / 80, 1x8 52 / 54. GEMV from memory (GemvCold, 2 threads, GB/s, three rounds, measured while
+  // Q8_0, the eight-block group tile on a Zen 4 EPYC (TileShape, 1 thread, 16384x3072, GMAC/s,
+  // three rounds): 256 rows 4x3 142 / 147 / 147, 4x4 139 / 138 / 139, 3x3 139 / 124 / 131, 4x2 129
+  // / 135 / 136, 3x4 132 / 119 / 131, 2x4 108 / 103 / 108; 8 rows 3x8 140 / 138 / 139, 4x8 119 /
+  // 121 / 121, 2x8 120 / 118 / 115, 1x8 102 / 99 / 90, 4x4 94 / 90 / 89 (4 rows: 3x4 143 / 120 /
+  // 112). The four-block zmm tile it replaced, same bench: 256 rows 3x4 83, 4x4 81, 4x3 79; 8
+  // rows 4x8 93, 2x8 91, 3x4 85. Earlier, the four-block tile on the Zen 4 (TileShape, 1 thread,
+  // 16384x3072, GMAC/s, two rounds): 256 rows 3x4 79 / 82, 4x4 81 / 80, 2x4 79 / 79, 4x3 73 / 75;
+  // 8 rows 2x8 77 / 86, 4x4 70 / 80, 1x8 52 / 54. GEMV from memory (GemvCold, 2 threads, GB/s, three rounds, measured while
   // tile_prefetch.h still prefetched into L1): 2 rows per tile 28-33 on 16384x3072, 1 row 29-32,
   // 4 rows 23-27. With the prefetch into L2 (three alternating rounds, GB/s): 16384x3072 1 row
   // 24-34, 2 rows 26-31, 4 rows 29-33; 3072x8192 28-32 / 25-30 / 25-30: alike within this VM's
   // noise, so 2 stays. Only the short-row LoRA shape 16384x320 favoured 1 row (19-21 / 14-18 / 14-15).
-  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {2, 3, 4, 2, 8};
+  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {2, 4, 3, 3, 8};
   return k;
 }
 

@@ -60,8 +60,7 @@ float DotF32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-size_t WeightMatrix::RowBytesOf(WeightFormat f, WeightLayout l, int64_t cols) {
-  if (l == WeightLayout::kQ8Groups) return Q8GroupsRowBytes(cols);
+size_t WeightMatrix::RowBytesOf(WeightFormat f, int64_t cols) {
   switch (f) {
     case WeightFormat::kF32: return static_cast<size_t>(cols) * 4;
     case WeightFormat::kBF16:
@@ -84,7 +83,7 @@ Result<WeightMatrix> WeightMatrix::FromData(DType dtype, const void* data, int64
       return Unsupported(std::string("weights stored as ") + DTypeName(dtype) +
                          " are not supported (expected F32, BF16 or F16)");
   }
-  w.row_bytes_ = RowBytesOf(w.format_, WeightLayout::kRows, cols);
+  w.row_bytes_ = RowBytesOf(w.format_, cols);
   w.ViewOrCopy(data, DTypeSize(dtype));
   return w;
 }
@@ -99,7 +98,7 @@ Result<WeightMatrix> WeightMatrix::FromStorage(WeightFormat format, const void* 
   w.layout_ = layout;
   w.rows_ = rows;
   w.cols_ = cols;
-  w.row_bytes_ = RowBytesOf(format, layout, cols);
+  w.row_bytes_ = RowBytesOf(format, cols);
   if (rows < 0 || cols < 0 || nbytes != w.bytes())
     return InvalidArgument(std::string(WeightFormatName(format)) + " storage of " + std::to_string(rows) + "x" +
                            std::to_string(cols) + " needs " + std::to_string(w.bytes()) + " bytes, got " +
@@ -123,7 +122,7 @@ WeightMatrix WeightMatrix::FromF32(std::vector<float> values, int64_t rows, int6
   w.rows_ = rows;
   w.cols_ = cols;
   w.format_ = WeightFormat::kF32;
-  w.row_bytes_ = RowBytesOf(w.format_, WeightLayout::kRows, cols);
+  w.row_bytes_ = RowBytesOf(w.format_, cols);
   w.owned_ = AllocateHugeAligned(values.size() * sizeof(float));
   std::memcpy(w.owned_.get(), values.data(), values.size() * sizeof(float));
   w.data_ = w.owned_.get();
@@ -136,7 +135,7 @@ Result<WeightMatrix> WeightMatrix::Quantize(WeightFormat target, ThreadPool* poo
   q.format_ = target;
   q.rows_ = rows_;
   q.cols_ = cols_;
-  q.row_bytes_ = RowBytesOf(target, WeightLayout::kRows, cols_);
+  q.row_bytes_ = RowBytesOf(target, cols_);
   q.owned_ = AllocateHugeAligned(q.bytes());
   q.data_ = q.owned_.get();
   uint8_t* dst = q.owned_.get();
@@ -181,7 +180,6 @@ Result<WeightMatrix> WeightMatrix::WithLayout(WeightLayout layout, ThreadPool* p
                            WeightFormatName(format_));
   WeightMatrix m = *this;
   m.layout_ = layout;
-  m.row_bytes_ = RowBytesOf(format_, layout, cols_);
   m.owned_ = AllocateHugeAligned(m.bytes());
   m.data_ = m.owned_.get();
   uint8_t* dst = m.owned_.get();

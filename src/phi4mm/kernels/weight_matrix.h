@@ -82,7 +82,7 @@ class WeightMatrix {
   void Row(int64_t r, float* out) const;
 
  private:
-  static size_t RowBytesOf(WeightFormat f, WeightLayout l, int64_t cols);
+  static size_t RowBytesOf(WeightFormat f, int64_t cols);
 
   WeightFormat format_ = WeightFormat::kF32;
   WeightLayout layout_ = WeightLayout::kRows;
