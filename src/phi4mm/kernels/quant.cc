@@ -143,28 +143,41 @@ void DequantizeRowQ8_0(const BlockQ8_0* in, int64_t cols, float* out) {
   }
 }
 
-namespace {
-// Byte of value p (0..31) of block b in a kQ8Groups row of nb blocks.
-int64_t Q8GroupsPos(int64_t b, int p, int64_t nb) {
-  const int64_t g = b / kQ8Group, k = b % kQ8Group, m = std::min<int64_t>(kQ8Group, nb - g * kQ8Group);
-  return g * kQ8Group * kQ8Block + (p / 4) * 4 * m + k * 4 + p % 4;
-}
-}  // namespace
-
+// Both directions move 4-byte pieces: piece s of block k of a group of m blocks sits at byte
+// s * 4m + k * 4 of the group, its bytes' sign bits flipped.
 void PackQ8GroupsRow(const BlockQ8_0* in, int64_t cols, uint8_t* out) {
   const int64_t nb = CeilDiv(cols, kQ8Block);
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int p = 0; p < kQ8Block; ++p)
-      out[Q8GroupsPos(b, p, nb)] = static_cast<uint8_t>(static_cast<uint8_t>(in[b].qs[p]) ^ 0x80);
-    std::memcpy(out + nb * kQ8Block + 2 * b, &in[b].d, sizeof(in[b].d));
+  for (int64_t g0 = 0; g0 < nb; g0 += kQ8Group) {
+    const int64_t m = std::min<int64_t>(kQ8Group, nb - g0);
+    uint8_t* group = out + g0 * kQ8Block;
+    for (int64_t k = 0; k < m; ++k) {
+      const BlockQ8_0& b = in[g0 + k];
+      for (int s = 0; s < kQ8Block / 4; ++s) {
+        uint32_t v;
+        std::memcpy(&v, b.qs + 4 * s, 4);
+        v ^= 0x80808080u;
+        std::memcpy(group + s * 4 * m + k * 4, &v, 4);
+      }
+      std::memcpy(out + nb * kQ8Block + 2 * (g0 + k), &b.d, sizeof(b.d));
+    }
   }
 }
 
 void UnpackQ8GroupsRow(const uint8_t* in, int64_t cols, BlockQ8_0* out) {
   const int64_t nb = CeilDiv(cols, kQ8Block);
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int p = 0; p < kQ8Block; ++p) out[b].qs[p] = static_cast<int8_t>(in[Q8GroupsPos(b, p, nb)] ^ 0x80);
-    std::memcpy(&out[b].d, in + nb * kQ8Block + 2 * b, sizeof(out[b].d));
+  for (int64_t g0 = 0; g0 < nb; g0 += kQ8Group) {
+    const int64_t m = std::min<int64_t>(kQ8Group, nb - g0);
+    const uint8_t* group = in + g0 * kQ8Block;
+    for (int64_t k = 0; k < m; ++k) {
+      BlockQ8_0& b = out[g0 + k];
+      for (int s = 0; s < kQ8Block / 4; ++s) {
+        uint32_t v;
+        std::memcpy(&v, group + s * 4 * m + k * 4, 4);
+        v ^= 0x80808080u;
+        std::memcpy(b.qs + 4 * s, &v, 4);
+      }
+      std::memcpy(&b.d, in + nb * kQ8Block + 2 * (g0 + k), sizeof(b.d));
+    }
   }
 }
 

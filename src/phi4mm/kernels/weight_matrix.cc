@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "phi4mm/base/file_map.h"
 #include "phi4mm/base/half.h"
 #include "phi4mm/base/huge_pages.h"
 #include "phi4mm/kernels/quant.h"
@@ -173,7 +174,7 @@ Result<WeightMatrix> WeightMatrix::ConvertedTo(std::optional<WeightFormat> targe
   return Quantize(*target, pool);
 }
 
-Result<WeightMatrix> WeightMatrix::WithLayout(WeightLayout layout, ThreadPool* pool) const {
+Result<WeightMatrix> WeightMatrix::WithLayout(WeightLayout layout, ThreadPool* pool, bool release_source) const {
   if (layout == layout_) return *this;
   if (format_ != WeightFormat::kQ8_0)
     return InvalidArgument(std::string("the ") + WeightLayoutName(layout) + " layout holds q8_0 rows, not " +
@@ -183,20 +184,27 @@ Result<WeightMatrix> WeightMatrix::WithLayout(WeightLayout layout, ThreadPool* p
   m.owned_ = AllocateHugeAligned(m.bytes());
   m.data_ = m.owned_.get();
   uint8_t* dst = m.owned_.get();
+  // Slices of ~1 MiB of rows, each released (when asked) as soon as it is repacked.
+  const int64_t slice = std::max<int64_t>(1, (int64_t{1} << 20) / static_cast<int64_t>(row_bytes_));
   auto body = [&](int64_t b, int64_t e) {
     std::vector<BlockQ8_0> blocks(static_cast<size_t>(CeilDiv(cols_, kQ8Block)));
-    for (int64_t r = b; r < e; ++r) {
-      const uint8_t* in = data() + static_cast<size_t>(r) * row_bytes_;
-      uint8_t* out = dst + static_cast<size_t>(r) * m.row_bytes_;
-      if (layout == WeightLayout::kQ8Groups) {
-        PackQ8GroupsRow(reinterpret_cast<const BlockQ8_0*>(in), cols_, out);
-      } else {
-        UnpackQ8GroupsRow(in, cols_, blocks.data());
-        std::memcpy(out, blocks.data(), m.row_bytes_);
+    for (int64_t r0 = b; r0 < e; r0 += slice) {
+      const int64_t r1 = std::min(e, r0 + slice);
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* in = data() + static_cast<size_t>(r) * row_bytes_;
+        uint8_t* out = dst + static_cast<size_t>(r) * row_bytes_;
+        if (layout == WeightLayout::kQ8Groups) {
+          PackQ8GroupsRow(reinterpret_cast<const BlockQ8_0*>(in), cols_, out);
+        } else {
+          UnpackQ8GroupsRow(in, cols_, blocks.data());
+          std::memcpy(out, blocks.data(), row_bytes_);
+        }
       }
+      if (release_source)
+        AdviseUnneeded(data() + static_cast<size_t>(r0) * row_bytes_, static_cast<size_t>(r1 - r0) * row_bytes_);
     }
   };
-  if (pool != nullptr) pool->ParallelFor(rows_, body, 256);
+  if (pool != nullptr) pool->ParallelFor(rows_, body, slice);
   else body(0, rows_);
   return m;
 }
@@ -237,6 +245,7 @@ void WeightMatrix::MatMulWith(const MatMulKernels& k, const float* x, int64_t n,
   if (k.layout[fi] != layout_) {
     // A table whose tile reads another layout (tests and benchmarks comparing tables): repack a
     // copy for this call. Model weights are loaded in the active table's layout (ForKernels).
+    // (It cannot fail: a table names another layout than kRows only for a format that has it.)
     auto m = WithLayout(k.layout[fi], pool);
     if (m.ok()) m->MatMulWith(k, x, n, y, pool, accumulate);
     return;

@@ -57,8 +57,11 @@ class WeightMatrix {
   Result<WeightMatrix> ConvertedTo(std::optional<WeightFormat> target, ThreadPool* pool = nullptr) const;
   // The same values with rows in `layout` (an owned copy; this matrix when it already is): what a
   // kernel table's tile reads (MatMulKernels::layout). kRows is every format's; kQ8Groups is
-  // Q8_0's only (InvalidArgument for another format). Quantize always writes kRows.
-  Result<WeightMatrix> WithLayout(WeightLayout layout, ThreadPool* pool = nullptr) const;
+  // Q8_0's only (InvalidArgument for another format). Quantize always writes kRows. With
+  // `release_source` (this matrix is a view of a read-only file mapping that nothing reads again),
+  // each slice of rows is dropped from the resident set once repacked, so a repack at load never
+  // holds both copies of a large matrix.
+  Result<WeightMatrix> WithLayout(WeightLayout layout, ThreadPool* pool = nullptr, bool release_source = false) const;
   // WithLayout(k.layout[format()]): the matrix `k`'s tile reads without repacking per call.
   Result<WeightMatrix> ForKernels(const MatMulKernels& k, ThreadPool* pool = nullptr) const;
 

@@ -21,9 +21,10 @@ Result<WeightMatrix> InKernelLayout(const Checkpoint& ckpt, WeightMatrix m, cons
   if (ckpt.conversion_log() != nullptr) return m;
   const WeightLayout want = ActiveKernels().layout[static_cast<int>(m.format())];
   if (want == m.layout()) return m;
-  auto repacked = m.WithLayout(want, pool);
+  const bool file_view = m.data() == t.data;
+  auto repacked = m.WithLayout(want, pool, /*release_source=*/file_view);
   if (!repacked.ok()) return repacked.status();
-  if (m.data() == t.data) AdviseUnneeded(t.data, t.nbytes);
+  if (file_view) AdviseUnneeded(t.data, t.nbytes);
   return repacked;
 }
 
