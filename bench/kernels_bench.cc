@@ -244,7 +244,8 @@ BENCHMARK(BM_TileShape)
     ->Name("TileShape")
     ->Apply([](auto* b) {
       for (int f : {1, 3, 4})
-        for (const auto& rn : {std::pair<int, int>{1, 4}, {1, 6}, {1, 8}, {2, 4}, {2, 2}, {3, 3}, {3, 4}, {4, 2}, {4, 3}, {4, 4}})
+        for (const auto& rn : {std::pair<int, int>{1, 4}, {1, 6}, {1, 8}, {2, 4}, {2, 2}, {3, 3}, {3, 4}, {4, 2}, {4, 3},
+                               {4, 4}, {2, 8}, {3, 8}, {4, 8}})
           b->Args({f, 16384, 3072, 256, rn.first, rn.second});
       for (int f : {1, 3, 4})
         for (int r : {1, 2, 4}) b->Args({f, 16384, 3072, 1, r, 1});
