@@ -143,42 +143,42 @@ void DequantizeRowQ8_0(const BlockQ8_0* in, int64_t cols, float* out) {
   }
 }
 
-// Both directions move 4-byte pieces: piece s of block k of a group of m blocks sits at byte
-// s * 4m + k * 4 of the group, its bytes' sign bits flipped.
-void PackQ8GroupsRow(const BlockQ8_0* in, int64_t cols, uint8_t* out) {
-  const int64_t nb = CeilDiv(cols, kQ8Block);
+namespace {
+
+// The kQ8Groups walk both directions share: calls piece(b, s, at) for piece s (values 4s..4s+3) of
+// every block b of a row of nb blocks, `at` being its byte in the grouped values (s * 4m + k * 4
+// into its group of m blocks, block k of it), and scale(b, at) with the byte of block b's scale.
+template <class Piece, class Scale>
+void ForEachQ8GroupsPiece(int64_t nb, Piece piece, Scale scale) {
   for (int64_t g0 = 0; g0 < nb; g0 += kQ8Group) {
     const int64_t m = std::min<int64_t>(kQ8Group, nb - g0);
-    uint8_t* group = out + g0 * kQ8Block;
     for (int64_t k = 0; k < m; ++k) {
-      const BlockQ8_0& b = in[g0 + k];
-      for (int s = 0; s < kQ8Block / 4; ++s) {
-        uint32_t v;
-        std::memcpy(&v, b.qs + 4 * s, 4);
-        v ^= 0x80808080u;
-        std::memcpy(group + s * 4 * m + k * 4, &v, 4);
-      }
-      std::memcpy(out + nb * kQ8Block + 2 * (g0 + k), &b.d, sizeof(b.d));
+      for (int s = 0; s < kQ8Block / 4; ++s) piece(g0 + k, s, g0 * kQ8Block + s * 4 * m + k * 4);
+      scale(g0 + k, nb * kQ8Block + 2 * (g0 + k));
     }
   }
 }
 
+// Four values with their sign bits flipped (q ^ 0x80 each way).
+void CopyFlipped4(const void* from, void* to) {
+  uint32_t v;
+  std::memcpy(&v, from, 4);
+  v ^= 0x80808080u;
+  std::memcpy(to, &v, 4);
+}
+
+}  // namespace
+
+void PackQ8GroupsRow(const BlockQ8_0* in, int64_t cols, uint8_t* out) {
+  ForEachQ8GroupsPiece(
+      CeilDiv(cols, kQ8Block), [&](int64_t b, int s, int64_t at) { CopyFlipped4(in[b].qs + 4 * s, out + at); },
+      [&](int64_t b, int64_t at) { std::memcpy(out + at, &in[b].d, sizeof(in[b].d)); });
+}
+
 void UnpackQ8GroupsRow(const uint8_t* in, int64_t cols, BlockQ8_0* out) {
-  const int64_t nb = CeilDiv(cols, kQ8Block);
-  for (int64_t g0 = 0; g0 < nb; g0 += kQ8Group) {
-    const int64_t m = std::min<int64_t>(kQ8Group, nb - g0);
-    const uint8_t* group = in + g0 * kQ8Block;
-    for (int64_t k = 0; k < m; ++k) {
-      BlockQ8_0& b = out[g0 + k];
-      for (int s = 0; s < kQ8Block / 4; ++s) {
-        uint32_t v;
-        std::memcpy(&v, group + s * 4 * m + k * 4, 4);
-        v ^= 0x80808080u;
-        std::memcpy(b.qs + 4 * s, &v, 4);
-      }
-      std::memcpy(&b.d, in + nb * kQ8Block + 2 * (g0 + k), sizeof(b.d));
-    }
-  }
+  ForEachQ8GroupsPiece(
+      CeilDiv(cols, kQ8Block), [&](int64_t b, int s, int64_t at) { CopyFlipped4(in + at, out[b].qs + 4 * s); },
+      [&](int64_t b, int64_t at) { std::memcpy(&out[b].d, in + at, sizeof(out[b].d)); });
 }
 
 void QuantizeRowQ4K(const float* x, int64_t cols, BlockQ4K* out) {

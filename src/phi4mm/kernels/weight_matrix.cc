@@ -61,6 +61,18 @@ float DotF32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+namespace {
+
+// A matrix in `format` can sit in `layout`: kRows always, kQ8Groups for Q8_0 only.
+Status CheckLayout(WeightFormat format, WeightLayout layout) {
+  if (layout == WeightLayout::kQ8Groups && format != WeightFormat::kQ8_0)
+    return InvalidArgument(std::string("the ") + WeightLayoutName(layout) + " layout holds q8_0 rows, not " +
+                           WeightFormatName(format));
+  return Status::Ok();
+}
+
+}  // namespace
+
 size_t WeightMatrix::RowBytesOf(WeightFormat f, int64_t cols) {
   switch (f) {
     case WeightFormat::kF32: return static_cast<size_t>(cols) * 4;
@@ -91,9 +103,7 @@ Result<WeightMatrix> WeightMatrix::FromData(DType dtype, const void* data, int64
 
 Result<WeightMatrix> WeightMatrix::FromStorage(WeightFormat format, const void* data, size_t nbytes, int64_t rows,
                                                int64_t cols, WeightLayout layout) {
-  if (layout == WeightLayout::kQ8Groups && format != WeightFormat::kQ8_0)
-    return InvalidArgument(std::string("the ") + WeightLayoutName(layout) + " layout holds q8_0 rows, not " +
-                           WeightFormatName(format));
+  PHI4MM_RETURN_IF_ERROR(CheckLayout(format, layout));
   WeightMatrix w;
   w.format_ = format;
   w.layout_ = layout;
@@ -176,9 +186,7 @@ Result<WeightMatrix> WeightMatrix::ConvertedTo(std::optional<WeightFormat> targe
 
 Result<WeightMatrix> WeightMatrix::WithLayout(WeightLayout layout, ThreadPool* pool, bool release_source) const {
   if (layout == layout_) return *this;
-  if (format_ != WeightFormat::kQ8_0)
-    return InvalidArgument(std::string("the ") + WeightLayoutName(layout) + " layout holds q8_0 rows, not " +
-                           WeightFormatName(format_));
+  PHI4MM_RETURN_IF_ERROR(CheckLayout(format_, layout));
   WeightMatrix m = *this;
   m.layout_ = layout;
   m.owned_ = AllocateHugeAligned(m.bytes());
@@ -187,18 +195,13 @@ Result<WeightMatrix> WeightMatrix::WithLayout(WeightLayout layout, ThreadPool* p
   // Slices of ~1 MiB of rows, each released (when asked) as soon as it is repacked.
   const int64_t slice = std::max<int64_t>(1, (int64_t{1} << 20) / static_cast<int64_t>(row_bytes_));
   auto body = [&](int64_t b, int64_t e) {
-    std::vector<BlockQ8_0> blocks(static_cast<size_t>(CeilDiv(cols_, kQ8Block)));
     for (int64_t r0 = b; r0 < e; r0 += slice) {
       const int64_t r1 = std::min(e, r0 + slice);
       for (int64_t r = r0; r < r1; ++r) {
         const uint8_t* in = data() + static_cast<size_t>(r) * row_bytes_;
         uint8_t* out = dst + static_cast<size_t>(r) * row_bytes_;
-        if (layout == WeightLayout::kQ8Groups) {
-          PackQ8GroupsRow(reinterpret_cast<const BlockQ8_0*>(in), cols_, out);
-        } else {
-          UnpackQ8GroupsRow(in, cols_, blocks.data());
-          std::memcpy(out, blocks.data(), row_bytes_);
-        }
+        if (layout == WeightLayout::kQ8Groups) PackQ8GroupsRow(reinterpret_cast<const BlockQ8_0*>(in), cols_, out);
+        else UnpackQ8GroupsRow(in, cols_, reinterpret_cast<BlockQ8_0*>(out));
       }
       if (release_source)
         AdviseUnneeded(data() + static_cast<size_t>(r0) * row_bytes_, static_cast<size_t>(r1 - r0) * row_bytes_);
