@@ -244,14 +244,15 @@ BENCHMARK(BM_TileShape)
     ->Name("TileShape")
     ->Apply([](auto* b) {
       for (int f : {1, 3, 4})
-        for (const auto& rn : {std::pair<int, int>{1, 4}, {1, 6}, {1, 8}, {2, 4}, {2, 2}, {3, 3}, {3, 4}, {4, 2}, {4, 3},
-                               {4, 4}, {2, 8}, {3, 8}, {4, 8}})
+        for (const auto& rn : {std::pair<int, int>{1, 4}, {1, 6}, {1, 8}, {2, 4}, {2, 2}, {2, 3}, {3, 2}, {3, 3}, {3, 4},
+                               {4, 2}, {4, 3}, {4, 4}, {2, 8}, {3, 8}, {4, 8}})
           b->Args({f, 16384, 3072, 256, rn.first, rn.second});
       for (int f : {1, 3, 4})
         for (int r : {1, 2, 4}) b->Args({f, 16384, 3072, 1, r, 1});
       for (int f : {3, 4})
         for (int n : {4, 8})
-          for (const auto& rn : {std::pair<int, int>{1, 4}, {2, 4}, {3, 4}, {4, 4}, {4, 2}, {2, 2}, {1, 8}, {2, 8}, {3, 8}, {4, 8}})
+          for (const auto& rn : {std::pair<int, int>{1, 4}, {2, 4}, {3, 4}, {4, 4}, {4, 2}, {2, 2}, {2, 3}, {3, 2}, {1, 8}, {2, 8},
+                                 {3, 8}, {4, 8}})
             // A tile of N > n activation rows runs as one of n: the same shape timed again.
             if (rn.second <= n) b->Args({f, 16384, 3072, n, rn.first, rn.second});
     })

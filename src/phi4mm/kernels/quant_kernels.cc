@@ -126,7 +126,7 @@ const char* WeightLayoutName(WeightLayout l) {
 
 namespace {
 
-void PackPairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out, uint8_t flip) {
+void PackPairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
   static constexpr int kScaleBlock[8] = {0, 0, 2, 2, 1, 1, 3, 3};
   const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
   auto* o = reinterpret_cast<quant_internal::A8PairHalves*>(out);
@@ -139,7 +139,7 @@ void PackPairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out, uint8_t f
       for (int h = 0; h < 2; ++h) {
         int8_t* dst = o[q].qs + 32 * (2 * (k / 2) + h) + 16 * (k % 2);
         const int8_t* src = b0 + k < nb ? b[b0 + k].qs + 16 * h : nullptr;
-        for (int j = 0; j < 16; ++j) dst[j] = static_cast<int8_t>((src ? static_cast<uint8_t>(src[j]) : 0) ^ flip);
+        for (int j = 0; j < 16; ++j) dst[j] = src ? src[j] : 0;
       }
   }
 }
@@ -151,11 +151,30 @@ size_t quant_internal::PackedA8PairHalvesRowBytes(int64_t cols) {
 }
 
 void quant_internal::PackA8PairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
-  PackPairHalves(a8_row, cols, out, 0);
+  PackPairHalves(a8_row, cols, out);
 }
 
-void quant_internal::PackA8PairHalvesFlipped(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
-  PackPairHalves(a8_row, cols, out, 0x80);
+size_t quant_internal::PackedA8GroupRowBytes(int64_t cols) {
+  return static_cast<size_t>(CeilDiv(CeilDiv(cols, kQ8Block), kQ8Group)) * sizeof(A8Group);
+}
+
+void quant_internal::PackA8Groups(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
+  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
+  auto* o = reinterpret_cast<A8Group*>(out);
+  const int64_t nb = CeilDiv(cols, kQ8Block), ng = CeilDiv(nb, kQ8Group);
+  for (int64_t g = 0; g < ng; ++g)
+    for (int k = 0; k < kQ8Group; ++k) {
+      const int64_t blk = g * kQ8Group + k;
+      const bool in = blk < nb;
+      int32_t sum = 0;
+      for (int p = 0; p < kQ8Block; ++p) {
+        const int8_t q = in ? b[blk].qs[p] : 0;
+        o[g].qs[(p / 4) * 32 + k * 4 + p % 4] = q;
+        sum += q;
+      }
+      o[g].d[k] = in ? b[blk].d : 0.0f;
+      o[g].start[k] = -128 * sum;
+    }
 }
 
 const MatMulKernels& ScalarKernels() {

@@ -99,8 +99,7 @@ std::vector<const MatMulKernels*> AvailableKernels();
 const MatMulKernels& ActiveKernels();
 
 namespace quant_internal {
-// The Q8_0 activation layout of the ymm tiles that fold two pairs of blocks (the AVX2 tile and the
-// avxvnni table's vpdpbusd tile; MatMulKernels::pack_a8): per group of four A8 blocks, their
+// The Q8_0 activation layout of the AVX2 tile, which folds two pairs of blocks (MatMulKernels::pack_a8): per group of four A8 blocks, their
 // scales in the lane order of the folded sums (d0 d0 d2 d2 d1 d1 d3 d3) and their 128 bytes as
 // four 32-byte vectors, each holding the same half of two blocks: (b0 0:16 | b1 0:16), (b0 16:32 |
 // b1 16:32), (b2 0:16 | b3 0:16), (b2 16:32 | b3 16:32). A missing last block is a zero block
@@ -112,8 +111,22 @@ struct A8PairHalves {
 static_assert(sizeof(A8PairHalves) == 160, "A8PairHalves must be 160 bytes");
 size_t PackedA8PairHalvesRowBytes(int64_t cols);
 void PackA8PairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out);
-// The same with every byte's sign bit flipped (a ^ 0x80 = a + 128, unsigned), for vpdpbusd.
-void PackA8PairHalvesFlipped(const uint8_t* a8_row, int64_t cols, uint8_t* out);
+
+// The Q8_0 activations of the ymm vpdpbusd tile over weights in eight-block groups
+// (WeightLayout::kQ8Groups, quant.h; the avxvnni and avx512 tables' MatMulKernels::pack_a8): per
+// group of eight A8 blocks, their 256 values in the weights' lane order (value 4s + j of block k at
+// byte s*32 + k*4 + j, signed), the eight scales, and each block's start -128 * sum(q). The weights
+// are stored q + 128 (unsigned, as vpdpbusd takes them), so vpdpbusd from that start over the
+// group leaves sum(w * a) in lane k, exactly. Blocks past the row's end are zero with scale 0. Five
+// cache lines per group. Plain baseline code (quant_kernels.cc), reached through the tables' pointers.
+struct alignas(64) A8Group {
+  int8_t qs[256];
+  float d[8];
+  int32_t start[8];
+};
+static_assert(sizeof(A8Group) == 320, "A8Group must be 320 bytes (five cache lines)");
+size_t PackedA8GroupRowBytes(int64_t cols);
+void PackA8Groups(const uint8_t* a8_row, int64_t cols, uint8_t* out);
 
 // The per-ISA tables, defined in the ISA's own files (quant_kernels_<isa>.cc) and reached only
 // through KernelsFor.

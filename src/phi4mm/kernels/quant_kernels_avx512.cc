@@ -2,12 +2,10 @@
 // -mavx512vl -mavx512vnni; only reached through the dispatch in quant_kernels.cc when the CPU has
 // those features). Three tables come from here:
 //  - the EVEX copy of the avxvnni table (vnni_ymm_tiles.h: the AVX2 table with ymm vpdpbusd tiles
-//    for Q4_K and Q8_0), for AVX-512 CPUs that lack AVX-VNNI, and for testing that table's source
-//    on them;
+//    for Q4_K and for Q8_0 over weights in eight-block groups, WeightLayout::kQ8Groups, repacked at
+//    load), for AVX-512 CPUs that lack AVX-VNNI, and for testing that table's source on them;
 //  - "avx512": the avxvnni table's Q4_K tile over activations repacked into whole cache lines
-//    (A8KLine, pack_a8k), with 32 registers for wider tiles, and a ymm Q8_0 tile over weights in
-//    eight-block groups (WeightLayout::kQ8Groups, repacked at load) and activations packed to
-//    match (pack_a8);
+//    (A8KLine, pack_a8k), and its Q8_0 tile, with 32 registers for wider tiles;
 //  - "avx512zmm" (CPUs with full-rate 512-bit vpdpbusd): the Q4_K tile holds two blocks per zmm,
 //    and the Q8_0 tile four blocks per zmm, both over plain rows and activations packed for them.
 // The float formats and the activation quantizers are the AVX2 table's.
@@ -80,42 +78,6 @@ void PackA8Quads(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
     }
 }
 
-// The avx512 table's Q8_0 activations (MatMulKernels::pack_a8), the counterpart of its weights in
-// eight-block groups (WeightLayout::kQ8Groups, quant.h): per group of eight A8 blocks, their 256
-// values in the weights' lane order (value 4s + j of block k at byte s*32 + k*4 + j, signed), the
-// eight scales, and each block's start -128 * sum(q). The weights are stored q + 128 (unsigned, as
-// vpdpbusd takes them), so vpdpbusd from that start over the group leaves sum(w * a) in lane k,
-// exactly. Blocks past the row's end are zero with scale 0. Five cache lines per group.
-struct alignas(64) A8Group {
-  int8_t qs[256];
-  float d[8];
-  int32_t start[8];
-};
-static_assert(sizeof(A8Group) == 320, "A8Group must be 320 bytes (five cache lines)");
-
-size_t PackedA8GroupRowBytes(int64_t cols) {
-  return static_cast<size_t>(CeilDiv(BlocksQ8(cols), kQ8Group)) * sizeof(A8Group);
-}
-
-void PackA8Groups(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
-  const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
-  A8Group* o = reinterpret_cast<A8Group*>(out);
-  const int64_t nb = BlocksQ8(cols), ng = CeilDiv(nb, kQ8Group);
-  for (int64_t g = 0; g < ng; ++g)
-    for (int k = 0; k < kQ8Group; ++k) {
-      const int64_t blk = g * kQ8Group + k;
-      const bool in = blk < nb;
-      int32_t sum = 0;
-      for (int p = 0; p < kQ8Block; ++p) {
-        const int8_t q = in ? b[blk].qs[p] : 0;
-        o[g].qs[(p / 4) * 32 + k * 4 + p % 4] = q;
-        sum += q;
-      }
-      o[g].d[k] = in ? b[blk].d : 0.0f;
-      o[g].start[k] = -128 * sum;
-    }
-}
-
 // The avx512 table's Q4_K activations (MatMulKernels::pack_a8k): each A8K block as one A8KLine
 // (vnni_ymm_tiles.h), so that every 32-byte load of the tile stays inside a cache line.
 size_t PackedA8KLineRowBytes(int64_t cols) { return static_cast<size_t>(BlocksQ4K(cols)) * sizeof(A8KLine); }
@@ -131,6 +93,21 @@ void PackA8KLines(const uint8_t* a8k_row, int64_t cols, uint8_t* out) {
   }
 }
 
+alignas(64) constexpr BlockQ8_0 kZeroQ8Block{};
+
+// Blocks 4q..4q+3 of a Q8_0 weight row into blk (zero blocks past the row's nb blocks unless
+// kFull), and their four f16 scales gathered in one general register (block k's in bits 16k..16k+15).
+template <bool kFull>
+inline uint64_t QuadBlocks(const BlockQ8_0* row, int64_t q, int64_t nb, const BlockQ8_0* (&blk)[4]) {
+  uint64_t d16 = 0;
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    blk[k] = kFull || 4 * q + k < nb ? &row[4 * q + k] : &kZeroQ8Block;
+    d16 |= static_cast<uint64_t>(blk[k]->d) << (16 * k);
+  }
+  return d16;
+}
+
 // The Q8_0 tile of the avx512zmm table (and of the avx512 table before the eight-block groups):
 // vpdpbusd on zmm, four blocks per register. Each weight
 // vector holds the same half (bytes 0-15 or 16-31) of four blocks, block k in lanes 4k..4k+3, so
@@ -144,9 +121,10 @@ void PackA8KLines(const uint8_t* a8k_row, int64_t cols, uint8_t* out) {
 // this one at 8 and 256 rows (docs/benchmarks.md), so the ymm table used this tile too. The weight
 // side (four 16-byte loads and two inserts per vector, the sign-trick start, the four scales) is
 // built once per weight row and four blocks. Every (weight row, activation row) pair runs the same
-// steps whatever the tile shape, so a row's result does not depend on the batch. The sign trick
-// (flipped activations, a start of -vpdpbusd(0, 128, w)) is that of the ymm tile in
-// vnni_ymm_tiles.h.
+// steps whatever the tile shape, so a row's result does not depend on the batch. The sign trick:
+// the activations are packed with their sign bits flipped (a + 128, unsigned, as vpdpbusd wants),
+// and each weight vector's sum starts at -vpdpbusd(0, 128, w), so that vpdpbusd(start, a + 128, w)
+// is exactly sum(w * a).
 struct Q8QuadVnniImpl : ZmmAcc {
   using W = BlockQ8_0;
   using A = A8Quad;
@@ -193,69 +171,6 @@ struct Q8QuadVnniImpl : ZmmAcc {
 
   template <int R, int N>
   static void Run(const TileArgs& t) { RunTile<Q8QuadVnniImpl, R, N>(t); }
-};
-
-// The avx512 table's Q8_0 tile: weights in eight-block groups (WeightLayout::kQ8Groups, quant.h)
-// against A8Group activations, vpdpbusd on ymm with block k of the group in lane k. Per (weight
-// row, activation row) and group: 8 vpdpbusd from the activation row's start vector, then one
-// float tail for all eight blocks (convert, the weight and activation scales' product, FMA): 8
-// vpdpbusd and 3 float operations per 256 multiply-adds, where the four-block zmm tile below
-// spends (on a Zen 4, whose zmm operations take two passes) the equivalent of 8 ymm vpdpbusd and
-// 12 float operations on the same two pipes. The weight vectors are loaded once per weight row
-// and reused for the N activation rows, whose bytes are vpdpbusd's memory operands. A row's last
-// group of m < 8 blocks (kFull = false) has 4m-byte vectors and m scales, loaded masked (zero
-// lanes, which meet zero activations with scale 0). Every (weight row, activation row) pair runs
-// the same steps whatever the tile shape, so a row's result does not depend on the batch.
-struct Q8GroupVnniImpl : YmmAcc {
-  using W = BlockQ8_0;  // RunTile's unit (kGroup blocks per step, the prefetch's stride)
-  using A = A8Group;
-  static constexpr int kGroup = kQ8Group;
-  static int64_t Blocks(int64_t cols) { return BlocksQ8(cols); }
-
-  template <int R, int N, bool kFull>
-  static void Step(const BlockQ8_0* const (&w)[R], const A8Group* const (&a)[N], int64_t g, int64_t nb,
-                   __m256 (&acc)[R][N]) {
-    const int64_t m = kFull ? kQ8Group : nb - g * kQ8Group;
-    const __mmask32 value_mask = kFull ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (4 * m)) - 1);
-    const __mmask8 scale_mask = kFull ? __mmask8{0xFF} : static_cast<__mmask8>((1u << m) - 1);
-    __m256i sum[R][N];
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      const __m256i start = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i][g].start));
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) sum[r][i] = start;
-    }
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* values = reinterpret_cast<const uint8_t*>(w[r]) + g * 256 + 4 * m * s;
-        const __m256i wv = kFull ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values))
-                                 : _mm256_maskz_loadu_epi8(value_mask, values);
-#pragma GCC unroll 8
-        for (int i = 0; i < N; ++i)
-          sum[r][i] = Dpbusd(sum[r][i], wv, _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i][g].qs + 32 * s)));
-      }
-    }
-    __m256 dw[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* scales = reinterpret_cast<const uint8_t*>(w[r]) + nb * kQ8Block + g * 16;
-      const __m128i d16 = kFull ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales))
-                                : _mm_maskz_loadu_epi16(scale_mask, scales);
-      dw[r] = _mm256_cvtph_ps(d16);
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      const __m256 da = _mm256_load_ps(a[i][g].d);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r)
-        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r][i]), _mm256_mul_ps(dw[r], da), acc[r][i]);
-    }
-  }
-
-  template <int R, int N>
-  static void Run(const TileArgs& t) { RunTile<Q8GroupVnniImpl, R, N>(t); }
 };
 
 // Q4_K x A8K with vpdpbusd on zmm, two blocks per register, for CPUs that run a 512-bit
@@ -382,10 +297,6 @@ MatMulKernels MakeAvx512() {
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl<A8KLines>>;
   k.pack_a8k = &PackA8KLines;
   k.packed_a8k_row_bytes = &PackedA8KLineRowBytes;
-  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8GroupVnniImpl>;
-  k.layout[static_cast<int>(WeightFormat::kQ8_0)] = WeightLayout::kQ8Groups;
-  k.pack_a8 = &PackA8Groups;
-  k.packed_a8_row_bytes = &PackedA8GroupRowBytes;
   // TileShape bench (1 thread, 16384x3072, n = 256; GMAC/s): 4x3 87, 3x3 83, 3x4 83, 4x4 79,
   // 2x4 71. GEMV: 4 rows 47, 2 rows 44, 1 row 40. A zmm variant (vpdpbusd on 64 positions, the
   // two halves folded per block) measured 79 at its best shape (4x4) and was dropped.

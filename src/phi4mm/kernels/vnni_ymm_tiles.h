@@ -1,22 +1,24 @@
-// The ymm vpdpbusd tiles of the avxvnni table (Q4_K x A8K and Q8_0 x A8), written once and compiled
-// twice: by quant_kernels_avxvnni.cc with VEX encoding (-mavxvnni: AVX-VNNI, the Intel client cores
-// since Alder Lake, which have no AVX-512, and Zen 5) and by quant_kernels_avx512.cc with EVEX
-// encoding (AVX-512 VL/VNNI), where the avx512 tables reuse the Q4_K tile (over A8KLine
-// activations) and where the avxvnni table's EVEX copy runs on AVX-512 CPUs without AVX-VNNI
-// (isa.h, AvxVnniEncoding). The two copies differ only in the encoding the compiler picks for the
-// same intrinsic semantics. Everything here has internal linkage (an anonymous namespace), so each
-// copy keeps its own and the linker never mixes them (check_isa_symbols.sh). Include only from
-// those two files.
+// The ymm vpdpbusd tiles of the avxvnni table (Q4_K x A8K, and Q8_0 over weights in eight-block
+// groups x A8Group), written once and compiled twice: by quant_kernels_avxvnni.cc with VEX encoding
+// (-mavxvnni: AVX-VNNI, the Intel client cores since Alder Lake, which have no AVX-512, and Zen 5)
+// and by quant_kernels_avx512.cc with EVEX encoding (AVX-512 VL/VNNI), where the avx512 tables reuse
+// the Q4_K tile (over A8KLine activations) and the Q8_0 tile, and where the avxvnni table's EVEX
+// copy runs on AVX-512 CPUs without AVX-VNNI (isa.h, AvxVnniEncoding). The two copies differ only
+// in the encoding the compiler picks for the same intrinsic semantics. Everything here has internal
+// linkage (an anonymous namespace), so each copy keeps its own and the linker never mixes them
+// (check_isa_symbols.sh). Include only from those two files.
 //
 // VEX code can address only 16 ymm registers (EVEX has 32): a Q4_K tile keeps R*N float
 // accumulators, R*N int32 sums, the two unpacked halves of one weight row and the nibble mask; a
-// Q8_0 tile keeps R*N accumulators and, per weight row, four weight vectors, two starts and the
-// scales. The avxvnni table's shapes were measured on AVX-VNNI hardware (MakeAvxVnniTable).
+// Q8_0 tile keeps R*N accumulators, R*N int32 sums and one weight vector. The avxvnni table's
+// Q4_K shapes were measured on AVX-VNNI hardware, its Q8_0 shapes chosen to fit 16 registers
+// (MakeAvxVnniTable).
 #pragma once
 
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "phi4mm/kernels/quant.h"
 #include "phi4mm/kernels/quant_kernels.h"
@@ -189,88 +191,78 @@ struct Q4KVnniImpl : YmmAcc {
   static void Run(const TileArgs& t) { RunTile<Q4KVnniImpl, R, N>(t); }
 };
 
-alignas(64) constexpr BlockQ8_0 kZeroQ8Block{};
-
-// Blocks 4q..4q+3 of a Q8_0 weight row into blk (zero blocks past the row's nb blocks unless
-// kFull), and their four f16 scales gathered in one general register (block k's in bits 16k..16k+15).
-template <bool kFull>
-inline uint64_t QuadBlocks(const BlockQ8_0* row, int64_t q, int64_t nb, const BlockQ8_0* (&blk)[4]) {
-  uint64_t d16 = 0;
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {
-    blk[k] = kFull || 4 * q + k < nb ? &row[4 * q + k] : &kZeroQ8Block;
-    d16 |= static_cast<uint64_t>(blk[k]->d) << (16 * k);
-  }
-  return d16;
+// The last group of a row in the eight-block group layout (quant.h) holds m < 8 blocks: its step
+// vectors are 4m bytes and its scales 2m. Both load as m lanes with zeros above, through
+// vpmaskmovd (AVX2, so the VEX copy runs the same code as the EVEX one): no byte past them is
+// read, and the zero lanes meet zero activation blocks of scale 0.
+inline __m256i LoadLanes(const uint8_t* p, int64_t m) {
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(m)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_maskload_epi32(reinterpret_cast<const int*>(p), mask);
 }
 
-// Q8_0 x A8 with vpdpbusd on ymm, four blocks per step. Each weight vector holds the same half
-// (bytes 0-15 or 16-31) of two blocks, so the two vpdpbusd of a (weight row, activation row) and
-// pair of blocks leave each block's sum in its own four lanes; one vphaddd then folds the two
-// pairs' sums into one vector that holds each of the four blocks in two lanes, and the float tail
-// (convert, scale product, FMA) runs once per four blocks: per 128 multiply-adds 4 vpdpbusd, 1
-// vphaddd and 3 float operations. Against the same tile without the fold (one tail per pair, 4
-// vpdpbusd and 6 float operations on the same multiply pipes) it measured 22-75 % faster on the
-// AVX-VNNI Xeon (docs/benchmarks.md). The activations are the AVX2 tile's layout (A8PairHalves),
-// with the sign bits flipped (PackA8PairHalvesFlipped: a + 128, unsigned, as vpdpbusd wants), and
-// each weight pair's sum starts at -vpdpbusd(0, 128, w), so that vpdpbusd(start, a + 128, w) is
-// exactly sum(w * a) (at most 8 * 255 * 127 per lane). The weight side (two 16-byte
-// loads per vector, the starts, the four scales) is built once per weight row and four blocks.
-// Every (weight row, activation row) pair runs the same steps whatever the tile shape, so a row's
-// result does not depend on the batch.
-struct Q8FoldVnniImpl : YmmAcc {
-  using W = BlockQ8_0;
-  using A = quant_internal::A8PairHalves;
-  static constexpr int kGroup = 4;
+inline __m128i LoadScales(const uint8_t* p, int64_t m) {
+  alignas(16) uint16_t d16[kQ8Group] = {};
+  std::memcpy(d16, p, static_cast<size_t>(2 * m));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(d16));
+}
+
+// Q8_0 x A8 with vpdpbusd on ymm over weights in eight-block groups (WeightLayout::kQ8Groups,
+// quant.h) and A8Group activations (quant_kernels.h), block k of the group in lane k. Per (weight
+// row, activation row) and group: 8 vpdpbusd from the activation row's start vector, then one float
+// tail for all eight blocks (convert, the weight and activation scales' product, FMA): 8 vpdpbusd
+// and 3 float operations per 256 multiply-adds. The four-block tile it replaced in the avxvnni
+// table spent 8 vpdpbusd, 2 vphaddd and 6 float operations, plus per weight row the starts of its
+// unsigned activations (4 vpdpbusd per four blocks); on a Zen 4 the four-block zmm tile of the
+// avx512 table, whose zmm operations take two passes there, the equivalent of 8 ymm vpdpbusd and
+// 12 float operations. The weight vectors are loaded once per weight row and reused for the N
+// activation rows, whose bytes are vpdpbusd's memory operands. Live registers: R*N sums, R*N
+// float accumulators and one weight vector. Every (weight row, activation row) pair runs the same
+// steps whatever the tile shape, so a row's result does not depend on the batch.
+struct Q8GroupVnniImpl : YmmAcc {
+  using W = BlockQ8_0;  // RunTile's unit (kGroup blocks per step, the prefetch's stride)
+  using A = quant_internal::A8Group;
+  static constexpr int kGroup = kQ8Group;
   static int64_t Blocks(int64_t cols) { return BlocksQ8(cols); }
 
-  static __m256i LoadHalf(const BlockQ8_0* b0, const BlockQ8_0* b1, int h) {
-    return _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(b1->qs + 16 * h),
-                               reinterpret_cast<const __m128i*>(b0->qs + 16 * h));
-  }
-
   template <int R, int N, bool kFull>
-  static void Step(const BlockQ8_0* const (&w)[R], const A* const (&a)[N], int64_t q, int64_t nb,
+  static void Step(const BlockQ8_0* const (&w)[R], const A* const (&a)[N], int64_t g, int64_t nb,
                    __m256 (&acc)[R][N]) {
-    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-    const __m256i lanes = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
-    __m256i wv[R][4], start[R][2];
+    const int64_t m = kFull ? kQ8Group : nb - g * kQ8Group;
+    __m256i sum[R][N];
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const __m256i start = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i][g].start));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) sum[r][i] = start;
+    }
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* values = reinterpret_cast<const uint8_t*>(w[r]) + g * 256 + 4 * m * s;
+        const __m256i wv = kFull ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values)) : LoadLanes(values, m);
+#pragma GCC unroll 8
+        for (int i = 0; i < N; ++i)
+          sum[r][i] = Dpbusd(sum[r][i], wv, _mm256_load_si256(reinterpret_cast<const __m256i*>(a[i][g].qs + 32 * s)));
+      }
+    }
     __m256 dw[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const BlockQ8_0* blk[4];
-      const uint64_t d16 = QuadBlocks<kFull>(w[r], q, nb, blk);
-#pragma GCC unroll 2
-      for (int pr = 0; pr < 2; ++pr) {
-        wv[r][2 * pr] = LoadHalf(blk[2 * pr], blk[2 * pr + 1], 0);
-        wv[r][2 * pr + 1] = LoadHalf(blk[2 * pr], blk[2 * pr + 1], 1);
-        const __m256i w128 = Dpbusd(Dpbusd(_mm256_setzero_si256(), flip, wv[r][2 * pr]), flip, wv[r][2 * pr + 1]);
-        start[r][pr] = _mm256_sub_epi32(_mm256_setzero_si256(), w128);
-      }
-      const __m128 d4 = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(d16)));
-      dw[r] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), lanes);
+      const uint8_t* scales = reinterpret_cast<const uint8_t*>(w[r]) + nb * kQ8Block + g * 16;
+      dw[r] = _mm256_cvtph_ps(kFull ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)) : LoadScales(scales, m));
     }
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
-      const A& aq = a[i][q];
-      const __m256 da = _mm256_loadu_ps(aq.d);
+      const __m256 da = _mm256_load_ps(a[i][g].d);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        __m256i sum[2];
-#pragma GCC unroll 2
-        for (int pr = 0; pr < 2; ++pr) {
-          const __m256i* av = reinterpret_cast<const __m256i*>(aq.qs + 64 * pr);
-          sum[pr] = Dpbusd(Dpbusd(start[r][pr], _mm256_loadu_si256(av), wv[r][2 * pr]), _mm256_loadu_si256(av + 1),
-                           wv[r][2 * pr + 1]);
-        }
-        const __m256i folded = _mm256_hadd_epi32(sum[0], sum[1]);  // d0 d0 d2 d2 d1 d1 d3 d3
-        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(folded), _mm256_mul_ps(dw[r], da), acc[r][i]);
-      }
+      for (int r = 0; r < R; ++r)
+        acc[r][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r][i]), _mm256_mul_ps(dw[r], da), acc[r][i]);
     }
   }
 
   template <int R, int N>
-  static void Run(const TileArgs& t) { RunTile<Q8FoldVnniImpl, R, N>(t); }
+  static void Run(const TileArgs& t) { RunTile<Q8GroupVnniImpl, R, N>(t); }
 };
 
 // Impl::Run<R, N> for R = nr in [1, kMaxTileRows] and N = na in [1, kMaxTileActs].
@@ -291,23 +283,27 @@ MatMulKernels MakeAvxVnniTable(const char* name) {
   MatMulKernels k = quant_internal::Avx2Kernels();
   k.name = name;
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KVnniImpl<A8KRows>>;
-  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8FoldVnniImpl>;
-  k.pack_a8 = &quant_internal::PackA8PairHalvesFlipped;
-  k.packed_a8_row_bytes = &quant_internal::PackedA8PairHalvesRowBytes;
+  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8GroupVnniImpl>;
+  k.layout[static_cast<int>(WeightFormat::kQ8_0)] = WeightLayout::kQ8Groups;
+  k.pack_a8 = &quant_internal::PackA8Groups;
+  k.packed_a8_row_bytes = &quant_internal::PackedA8GroupRowBytes;
   k.pack_a8k = nullptr;
   k.packed_a8k_row_bytes = nullptr;
-  // Shapes measured with the VEX copy on an AVX-VNNI Intel Xeon (Sapphire Rapids class, the core
-  // of Alder Lake's P-cores; TileShape, 1 thread, 16384x3072, GMAC/s, two or three rounds, AVX2
-  // table in brackets). Q4_K, 256 rows: 3x3 69 / 75 (53 / 61), 3x4 66 / 72, 4x3 66 / 74, 2x4 61 /
-  // 64, 1x6 53 / 54; 8 rows: 2x8 82 / 85 (62 / 48), 1x8 65 / 85, 2x4 57 / 72; GEMV 2 rows 39 / 43,
-  // 4 rows 31 / 43. Q8_0 (the folded tile), 256 rows: 3x3 51 / 42 / 50 (27 / 39), 3x4 52 / 35 / 54,
-  // 4x3 49 / 26 / 50, 1x8 48 / 46 / 37; 8 rows: 2x8 54 / 70 / 71 (32 / 42), 1x8 52 / 48 / 71; GEMV
-  // 2 rows 24 / 14 / 25, 4 rows 19 / 14 / 25. The wider shapes spill some sums and weight vectors
-  // to the stack in the VEX object (16 registers: Q4_K 3x3 keeps 9 accumulators and 9 sums), and
-  // still beat the 1-row shapes that fit, which redo the weight side for every activation group
-  // and reread every activation row per weight row.
+  // Q4_K shapes measured with the VEX copy on an AVX-VNNI Intel Xeon (Sapphire Rapids class, the
+  // core of Alder Lake's P-cores; TileShape, 1 thread, 16384x3072, GMAC/s, two or three rounds,
+  // AVX2 table in brackets): 256 rows 3x3 69 / 75 (53 / 61), 3x4 66 / 72, 4x3 66 / 74, 2x4 61 / 64,
+  // 1x6 53 / 54; 8 rows 2x8 82 / 85 (62 / 48), 1x8 65 / 85, 2x4 57 / 72; GEMV 2 rows 39 / 43, 4
+  // rows 31 / 43. The wider shapes spill some sums to the stack in the VEX object (16 registers:
+  // 3x3 keeps 9 accumulators and 9 sums), and still beat the 1-row shapes that fit, which redo the
+  // weight side for every activation group.
   k.shape[static_cast<int>(WeightFormat::kQ4K)] = {2, 3, 3, 2, 8};
-  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {2, 3, 3, 2, 8};
+  // Q8_0 (the eight-block group tile): chosen to fit the VEX copy's 16 registers (2*R*N + 1), not
+  // measured on AVX-VNNI hardware (no such machine this time). The EVEX copy on a Zen 4 EPYC
+  // (TileShape, 1 thread, 16384x3072, GMAC/s, two rounds; the four-block folded tile it replaced in
+  // brackets, at its shapes chosen on the Xeon): 256 rows 2x3 112 / 116 (3x3 74 / 74), 3x2 123 /
+  // 126, 2x2 92 / 92; 8 rows 2x4 88 / 86 (2x8 85 / 85), 2x3 76 / 78. On the Xeon the folded tile
+  // measured 3x3 51 / 42 / 50 at 256 rows and 2x8 54 / 70 / 71 at 8 rows.
+  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {2, 2, 3, 2, 4};
   return k;
 }
 
