@@ -1,14 +1,19 @@
 // The NEON table with the ARMv8.2 dot-product instructions (compiled with
 // -march=armv8.2-a+dotprod; reached through KernelsFor(Isa::kNeonDot) only when the CPU reports
 // asimddp). It is the plain NEON table (quant_kernels_neon.cc) with the two integer tiles replaced:
-//  - Q8_0 x A8: two sdot per block and weight/activation row pair (16 int8 products into each
-//    int32 lane), one convert and fmla per block with the product of the two scales.
+//  - Q8_0 x A8, over weights in eight-block groups (WeightLayout::kQ8Groups, repacked at load, as
+//    the x86 vpdpbusd tables read them) and A8Group activations: block k of a group in 32-bit lane k
+//    (k < 4 in the first vector of a 32-byte step, k >= 4 in the second), so per group and (weight
+//    row, activation row) 16 sdot leave the eight block sums in two int32x4, and the float tail
+//    (two converts, two scale products, two FMAs) runs once per eight blocks.
 //  - Q4_K x A8K: sdot's 4-byte groups are exactly the interleaved layout's sub-block lanes
 //    (quant.h: in 16 consecutive positions lane l is sub-block l, or l + 4 in the second half of a
 //    32-position group), so per block two int32x4 accumulators (sub-blocks 0-3, 4-7) take 8 sdot
 //    each on the unpacked nibbles, exact, and the float tail is the plain table's.
 // Everything here but the table accessor has internal linkage (see neon_tile.h).
 #include <arm_neon.h>
+
+#include <cstring>
 
 #include "phi4mm/kernels/neon_tile.h"
 #include "phi4mm/kernels/quant.h"
@@ -25,32 +30,85 @@ inline float HalfToFloat(uint16_t h) {
   return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
 }
 
-struct Q8DotImpl {
+// Q8_0 x A8Group with sdot over the eight-block groups (quant.h). The stored values are q + 128
+// (unsigned, for x86's vpdpbusd); one eor per weight vector gives back q as int8 for sdot, so the
+// activations' start (-128 * sum(a), which x86 needs) is not used. A row's last group of m < 8
+// blocks has 4m-byte step vectors and m scales: they are copied into zeroed buffers (zero weights
+// and scales, which meet zero activation blocks of scale 0). Per group and (weight row, activation
+// row): 16 sdot + 6 float operations per 256 multiply-adds, against 16 sdot + 24 float and scalar
+// operations (a convert, a scalar scale product and an fmla per block, each block's f16 scales
+// converted) for the plain-row tile this replaced. Live registers: 2*R*N sums, R*N accumulators
+// and 2*R weight vectors.
+struct Q8GroupDotImpl {
+  template <int R, int N, bool kFull>
+  static void Step(const uint8_t* const (&w)[R], const quant_internal::A8Group* const (&a)[N], int64_t g,
+                   int64_t nb, float32x4_t (&acc)[R][N]) {
+    const int64_t m = kFull ? kQ8Group : nb - g * kQ8Group;
+    const uint8x16_t flip = vdupq_n_u8(0x80);
+    int32x4_t lo[R][N], hi[R][N];
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < N; ++i) lo[r][i] = hi[r][i] = vdupq_n_s32(0);
+    for (int s = 0; s < 8; ++s) {
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* values = w[r] + g * 256 + 4 * m * s;
+        uint8x16_t v0, v1;
+        if (kFull) {
+          v0 = vld1q_u8(values);
+          v1 = vld1q_u8(values + 16);
+        } else {
+          alignas(16) uint8_t part[32] = {};
+          std::memcpy(part, values, static_cast<size_t>(4 * m));
+          v0 = vld1q_u8(part);
+          v1 = vld1q_u8(part + 16);
+        }
+        const int8x16_t w0 = vreinterpretq_s8_u8(veorq_u8(v0, flip)), w1 = vreinterpretq_s8_u8(veorq_u8(v1, flip));
+        for (int i = 0; i < N; ++i) {
+          const int8_t* aq = a[i][g].qs + 32 * s;
+          lo[r][i] = vdotq_s32(lo[r][i], w0, vld1q_s8(aq));
+          hi[r][i] = vdotq_s32(hi[r][i], w1, vld1q_s8(aq + 16));
+        }
+      }
+    }
+    float32x4_t dw_lo[R], dw_hi[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* scales = w[r] + nb * kQ8Block + g * 16;
+      uint16x8_t d16;
+      if (kFull) {
+        d16 = vld1q_u16(reinterpret_cast<const uint16_t*>(scales));
+      } else {
+        alignas(16) uint16_t part[kQ8Group] = {};
+        std::memcpy(part, scales, static_cast<size_t>(2 * m));
+        d16 = vld1q_u16(part);
+      }
+      const float16x8_t h = vreinterpretq_f16_u16(d16);
+      dw_lo[r] = vcvt_f32_f16(vget_low_f16(h));
+      dw_hi[r] = vcvt_high_f32_f16(h);
+    }
+    for (int i = 0; i < N; ++i) {
+      const float32x4_t da_lo = vld1q_f32(a[i][g].d), da_hi = vld1q_f32(a[i][g].d + 4);
+      for (int r = 0; r < R; ++r) {
+        acc[r][i] = vfmaq_f32(acc[r][i], vcvtq_f32_s32(lo[r][i]), vmulq_f32(dw_lo[r], da_lo));
+        acc[r][i] = vfmaq_f32(acc[r][i], vcvtq_f32_s32(hi[r][i]), vmulq_f32(dw_hi[r], da_hi));
+      }
+    }
+  }
+
   template <int R, int N>
   static void Run(const TileArgs& t) {
     float32x4_t acc[R][N];
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < N; ++i) acc[r][i] = vdupq_n_f32(0.0f);
-    const BlockQ8_0* w[R];
-    const BlockA8* a[N];
-    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ8_0*>(t.w + r * t.w_stride);
-    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const BlockA8*>(t.a + i * t.a_stride);
-    const int64_t nb = CeilDiv(t.cols, kQ8Block);
-    const TilePrefetch pf(t, R, 2 * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
-    for (int64_t b = 0; b < nb; ++b) {
-      if (N == 1 || t.prefetch) {
-        if (b % 2 == 0) pf.At(b / 2);
-      }
-      for (int r = 0; r < R; ++r) {
-        const int8x16_t w0 = vld1q_s8(w[r][b].qs), w1 = vld1q_s8(w[r][b].qs + 16);
-        const float dw = HalfToFloat(w[r][b].d);
-        for (int i = 0; i < N; ++i) {
-          int32x4_t p = vdotq_s32(vdupq_n_s32(0), w0, vld1q_s8(a[i][b].qs));
-          p = vdotq_s32(p, w1, vld1q_s8(a[i][b].qs + 16));
-          acc[r][i] = vfmaq_n_f32(acc[r][i], vcvtq_f32_s32(p), dw * a[i][b].d);
-        }
-      }
+    const uint8_t* w[R];
+    const quant_internal::A8Group* a[N];
+    for (int r = 0; r < R; ++r) w[r] = t.w + r * t.w_stride;
+    for (int i = 0; i < N; ++i) a[i] = reinterpret_cast<const quant_internal::A8Group*>(t.a + i * t.a_stride);
+    const int64_t nb = CeilDiv(t.cols, kQ8Block), full = nb / kQ8Group;
+    const TilePrefetch pf(t, R, kQ8Group * R * static_cast<int64_t>(sizeof(BlockQ8_0)));
+    for (int64_t g = 0; g < full; ++g) {
+      if (N == 1 || t.prefetch) pf.At(g);
+      Step<R, N, true>(w, a, g, nb, acc);
     }
+    if (nb % kQ8Group != 0) Step<R, N, false>(w, a, full, nb, acc);
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < N; ++i) Store(t, r, i, vaddvq_f32(acc[r][i]));
   }
@@ -114,11 +172,15 @@ struct Q4KDotImpl {
 MatMulKernels MakeNeonDot() {
   MatMulKernels k = quant_internal::NeonKernels();
   k.name = "neondot";
-  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8DotImpl>;
+  k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8GroupDotImpl>;
+  k.layout[static_cast<int>(WeightFormat::kQ8_0)] = WeightLayout::kQ8Groups;
+  k.pack_a8 = &quant_internal::PackA8Groups;
+  k.packed_a8_row_bytes = &quant_internal::PackedA8GroupRowBytes;
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KDotImpl>;
-  // Q4_K: 2 R*N int32 sums + R*N float accumulators + 4 unpacked vectors: 4 x 3 fits 32 registers.
-  // Unmeasured (no ARM machine here), chosen by register count.
-  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {4, 4, 4, 2, 4};
+  // Unmeasured (no ARM machine here), chosen by register count (32 vector registers). Q8_0: 2 R*N
+  // int32 sums + R*N float accumulators + 2 R weight vectors, so 2 x 4 (28). Q4_K: 2 R*N int32
+  // sums + R*N float accumulators + 4 unpacked vectors: 4 x 3 fits.
+  k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {2, 2, 4, 2, 4};
   k.shape[static_cast<int>(WeightFormat::kQ4K)] = {4, 4, 3, 2, 4};
   return k;
 }
