@@ -33,33 +33,39 @@ inline float HalfToFloat(uint16_t h) {
 // Q8_0 x A8Group with sdot over the eight-block groups (quant.h). The stored values are q + 128
 // (unsigned, for x86's vpdpbusd); one eor per weight vector gives back q as int8 for sdot, so the
 // activations' start (-128 * sum(a), which x86 needs) is not used. A row's last group of m < 8
-// blocks has 4m-byte step vectors and m scales: they are copied into zeroed buffers (zero weights
-// and scales, which meet zero activation blocks of scale 0). Per group and (weight row, activation
-// row): 16 sdot + 6 float operations per 256 multiply-adds, against 16 sdot + 24 float and scalar
-// operations (a convert, a scalar scale product and an fmla per block, each block's f16 scales
-// converted) for the plain-row tile this replaced. Live registers: 2*R*N sums, R*N accumulators
-// and 2*R weight vectors.
+// blocks has 4m-byte step vectors and m scales, the row's last 2m bytes. Its lanes k >= m meet
+// zero activation blocks of scale 0, so whatever bytes they load add nothing: each step loads
+// its 32 bytes in place when they lie inside the row (its neighbours' bytes fill the lanes above m),
+// else (the last steps of a row under 256 values) copies the 4m bytes word by word into a zeroed
+// buffer. The scales are the 16 bytes that end at the row's end, moved down to lane 0 by a table
+// lookup that zeroes the lanes above m (a stray f16 infinity there would make 0 * inf). Per group
+// and (weight row, activation row): 16 sdot + 6 float operations per 256 multiply-adds, against 16
+// sdot + 24 float and scalar operations (a convert, a scalar scale product and an fmla per block,
+// each block's f16 scales converted) for the plain-row tile this replaced. Live registers: 2*R*N
+// sums, R*N accumulators and 2*R weight vectors.
 struct Q8GroupDotImpl {
   template <int R, int N, bool kFull>
   static void Step(const uint8_t* const (&w)[R], const quant_internal::A8Group* const (&a)[N], int64_t g,
                    int64_t nb, float32x4_t (&acc)[R][N]) {
     const int64_t m = kFull ? kQ8Group : nb - g * kQ8Group;
+    const int64_t row_bytes = nb * static_cast<int64_t>(sizeof(BlockQ8_0));
     const uint8x16_t flip = vdupq_n_u8(0x80);
     int32x4_t lo[R][N], hi[R][N];
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < N; ++i) lo[r][i] = hi[r][i] = vdupq_n_s32(0);
     for (int s = 0; s < 8; ++s) {
       for (int r = 0; r < R; ++r) {
-        const uint8_t* values = w[r] + g * 256 + 4 * m * s;
+        const int64_t at = g * 256 + 4 * m * s;
+        const uint8_t* values = w[r] + at;
         uint8x16_t v0, v1;
-        if (kFull) {
+        if (kFull || at + 32 <= row_bytes) {
           v0 = vld1q_u8(values);
           v1 = vld1q_u8(values + 16);
         } else {
-          alignas(16) uint8_t part[32] = {};
-          std::memcpy(part, values, static_cast<size_t>(4 * m));
-          v0 = vld1q_u8(part);
-          v1 = vld1q_u8(part + 16);
+          alignas(16) uint32_t part[8] = {};
+          for (int64_t k = 0; k < m; ++k) std::memcpy(&part[k], values + 4 * k, 4);
+          v0 = vreinterpretq_u8_u32(vld1q_u32(part));
+          v1 = vreinterpretq_u8_u32(vld1q_u32(part + 4));
         }
         const int8x16_t w0 = vreinterpretq_s8_u8(veorq_u8(v0, flip)), w1 = vreinterpretq_s8_u8(veorq_u8(v1, flip));
         for (int i = 0; i < N; ++i) {
@@ -72,15 +78,17 @@ struct Q8GroupDotImpl {
     float32x4_t dw_lo[R], dw_hi[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* scales = w[r] + nb * kQ8Block + g * 16;
-      uint16x8_t d16;
+      uint8x16_t d16;
       if (kFull) {
-        d16 = vld1q_u16(reinterpret_cast<const uint16_t*>(scales));
+        d16 = vld1q_u8(scales);
       } else {
-        alignas(16) uint16_t part[kQ8Group] = {};
-        std::memcpy(part, scales, static_cast<size_t>(2 * m));
-        d16 = vld1q_u16(part);
+        // Byte j < 2m takes tail[16 - 2m + j]; the others index 0xFF, which the lookup reads as 0.
+        const uint8x16_t j = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+        const uint8x16_t keep = vcltq_u8(j, vdupq_n_u8(static_cast<uint8_t>(2 * m)));
+        const uint8x16_t from = vaddq_u8(j, vdupq_n_u8(static_cast<uint8_t>(16 - 2 * m)));
+        d16 = vqtbl1q_u8(vld1q_u8(scales + 2 * m - 16), vorrq_u8(vandq_u8(keep, from), vmvnq_u8(keep)));
       }
-      const float16x8_t h = vreinterpretq_f16_u16(d16);
+      const float16x8_t h = vreinterpretq_f16_u8(d16);
       dw_lo[r] = vcvt_f32_f16(vget_low_f16(h));
       dw_hi[r] = vcvt_high_f32_f16(h);
     }
