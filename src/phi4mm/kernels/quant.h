@@ -74,15 +74,15 @@ inline size_t Q4KRowBytes(int64_t cols) { return static_cast<size_t>(CeilDiv(col
 inline size_t A8RowBytes(int64_t cols) { return static_cast<size_t>(CeilDiv(cols, kQ8Block)) * sizeof(BlockA8); }
 inline size_t A8KRowBytes(int64_t cols) { return static_cast<size_t>(CeilDiv(cols, kQ4KBlock)) * sizeof(BlockA8K); }
 
-// Q8_0 rows in eight-block groups (WeightLayout::kQ8Groups, the compute layout of the avx512
-// table's Q8_0 tile; a matrix is repacked to it at load, the files keep plain Q8_0 rows). A row of
-// nb blocks takes the same nb * 34 bytes as a plain one: first the values (32 * nb bytes) in groups
-// of eight blocks, then the nb f16 scales in block order. Group g holds blocks 8g .. 8g + m - 1,
-// m = min(8, nb - 8g) (only the last group may be narrower), at bytes g * 256 .. + 32m: value 4s
-// + j of its block k at g * 256 + s * 4m + k * 4 + j, with its sign bit flipped (q ^ 0x80 = q +
-// 128, unsigned, as vpdpbusd takes it). So in a full group, 32-bit lane k of each 32-byte vector
-// belongs to block k and eight vpdpbusd leave the eight block sums in the eight lanes; the last
-// group's vectors are 4m bytes (masked loads).
+// Q8_0 rows in eight-block groups (WeightLayout::kQ8Groups, the compute layout of the avx512,
+// avxvnni and neondot tables' Q8_0 tiles; a matrix is repacked to it at load, the files keep plain
+// Q8_0 rows). A row of nb blocks takes the same nb * 34 bytes as a plain one: first the values (32
+// * nb bytes) in groups of eight blocks, then the nb f16 scales in block order. Group g holds
+// blocks 8g .. 8g + m - 1, m = min(8, nb - 8g) (only the last group may be narrower), at bytes g *
+// 256 .. + 32m: value 4s + j of its block k at g * 256 + s * 4m + k * 4 + j, with its sign bit
+// flipped (q ^ 0x80 = q + 128, unsigned, as vpdpbusd takes it). So in a full group, 32-bit lane k
+// of each 32-byte vector belongs to block k and eight vpdpbusd leave the eight block sums in the
+// eight lanes; the last group's vectors are 4m bytes (each tile says how it loads them).
 inline constexpr int kQ8Group = 8;
 void PackQ8GroupsRow(const BlockQ8_0* in, int64_t cols, uint8_t* out);
 void UnpackQ8GroupsRow(const uint8_t* in, int64_t cols, BlockQ8_0* out);

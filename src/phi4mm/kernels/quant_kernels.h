@@ -25,9 +25,9 @@ inline bool IsBlockFormat(WeightFormat f) { return f == WeightFormat::kQ8_0 || f
 
 // How a block-format matrix's rows are laid out in memory. kRows: the format's blocks in order, as
 // files store them (every table reads it). kQ8Groups: Q8_0 rows in eight-block groups (quant.h),
-// the compute layout of the avx512 table's Q8_0 tile. A table names the layout its tile reads per
-// format (MatMulKernels::layout); the model loaders repack to the active table's layout. Every
-// layout of a format takes the same bytes per row.
+// the compute layout of the avx512, avxvnni and neondot tables' Q8_0 tiles. A table names the
+// layout its tile reads per format (MatMulKernels::layout); the model loaders repack to the active
+// table's layout. Every layout of a format takes the same bytes per row.
 enum class WeightLayout { kRows, kQ8Groups };
 const char* WeightLayoutName(WeightLayout l);
 

@@ -5,8 +5,8 @@
 // new storage source plugs in at one place: a pre-quantized checkpoint (`phi4mm quantize`) gives
 // views of its packed rows, and a checkpoint with a ConversionLog attached records each conversion.
 // A matrix whose format the active kernel table reads in a compute layout of its own (WeightLayout:
-// the avx512 table's Q8_0 groups) is repacked to it here, once, unless a ConversionLog is attached
-// (what `phi4mm quantize` writes is the file layout).
+// the Q8_0 groups of the avx512, avxvnni and neondot tables) is repacked to it here, once, unless a
+// ConversionLog is attached (what `phi4mm quantize` writes is the file layout).
 #pragma once
 
 #include <optional>
