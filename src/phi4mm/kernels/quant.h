@@ -76,10 +76,10 @@ inline size_t A8KRowBytes(int64_t cols) { return static_cast<size_t>(CeilDiv(col
 
 // Q8_0 rows in eight-block groups (WeightLayout::kQ8Groups, the compute layout of the avx512,
 // avxvnni and neondot tables' Q8_0 tiles; a matrix is repacked to it at load, the files keep plain
-// Q8_0 rows). A row of nb blocks takes the same nb * 34 bytes as a plain one: first the values (32
-// * nb bytes) in groups of eight blocks, then the nb f16 scales in block order. Group g holds
-// blocks 8g .. 8g + m - 1, m = min(8, nb - 8g) (only the last group may be narrower), at bytes g *
-// 256 .. + 32m: value 4s + j of its block k at g * 256 + s * 4m + k * 4 + j, with its sign bit
+// Q8_0 rows). A row of nb blocks takes the same nb * 34 bytes as a plain one: first the values
+// (32 * nb bytes) in groups of eight blocks, then the nb f16 scales in block order. Group g holds
+// blocks 8g .. 8g + m - 1, m = min(8, nb - 8g) (only the last group may be narrower), at bytes
+// g * 256 .. + 32m: value 4s + j of its block k at g * 256 + s * 4m + k * 4 + j, with its sign bit
 // flipped (q ^ 0x80 = q + 128, unsigned, as vpdpbusd takes it). So in a full group, 32-bit lane k
 // of each 32-byte vector belongs to block k and eight vpdpbusd leave the eight block sums in the
 // eight lanes; the last group's vectors are 4m bytes (each tile says how it loads them).

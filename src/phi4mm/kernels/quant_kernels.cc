@@ -124,12 +124,14 @@ const char* WeightLayoutName(WeightLayout l) {
   return "?";
 }
 
-namespace {
+size_t quant_internal::PackedA8PairHalvesRowBytes(int64_t cols) {
+  return static_cast<size_t>(CeilDiv(CeilDiv(cols, kQ8Block), 4)) * sizeof(A8PairHalves);
+}
 
-void PackPairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
+void quant_internal::PackA8PairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
   static constexpr int kScaleBlock[8] = {0, 0, 2, 2, 1, 1, 3, 3};
   const BlockA8* b = reinterpret_cast<const BlockA8*>(a8_row);
-  auto* o = reinterpret_cast<quant_internal::A8PairHalves*>(out);
+  auto* o = reinterpret_cast<A8PairHalves*>(out);
   const int64_t nb = CeilDiv(cols, kQ8Block);
   for (int64_t q = 0; 4 * q < nb; ++q) {
     const int64_t b0 = 4 * q;
@@ -142,16 +144,6 @@ void PackPairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
         for (int j = 0; j < 16; ++j) dst[j] = src ? src[j] : 0;
       }
   }
-}
-
-}  // namespace
-
-size_t quant_internal::PackedA8PairHalvesRowBytes(int64_t cols) {
-  return static_cast<size_t>(CeilDiv(CeilDiv(cols, kQ8Block), 4)) * sizeof(A8PairHalves);
-}
-
-void quant_internal::PackA8PairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out) {
-  PackPairHalves(a8_row, cols, out);
 }
 
 size_t quant_internal::PackedA8GroupRowBytes(int64_t cols) {

@@ -99,11 +99,12 @@ std::vector<const MatMulKernels*> AvailableKernels();
 const MatMulKernels& ActiveKernels();
 
 namespace quant_internal {
-// The Q8_0 activation layout of the AVX2 tile, which folds two pairs of blocks (MatMulKernels::pack_a8): per group of four A8 blocks, their
-// scales in the lane order of the folded sums (d0 d0 d2 d2 d1 d1 d3 d3) and their 128 bytes as
-// four 32-byte vectors, each holding the same half of two blocks: (b0 0:16 | b1 0:16), (b0 16:32 |
-// b1 16:32), (b2 0:16 | b3 0:16), (b2 16:32 | b3 16:32). A missing last block is a zero block
-// with scale 0. Plain baseline code (quant_kernels.cc), reached through the tables' pointers.
+// The Q8_0 activation layout of the AVX2 tile, which folds two pairs of blocks
+// (MatMulKernels::pack_a8): per group of four A8 blocks, their scales in the lane order of the
+// folded sums (d0 d0 d2 d2 d1 d1 d3 d3) and their 128 bytes as four 32-byte vectors, each holding
+// the same half of two blocks: (b0 0:16 | b1 0:16), (b0 16:32 | b1 16:32), (b2 0:16 | b3 0:16), (b2
+// 16:32 | b3 16:32). A missing last block is a zero block with scale 0. Plain baseline code
+// (quant_kernels.cc), reached through the tables' pointers.
 struct A8PairHalves {
   float d[8];
   int8_t qs[128];
@@ -112,13 +113,14 @@ static_assert(sizeof(A8PairHalves) == 160, "A8PairHalves must be 160 bytes");
 size_t PackedA8PairHalvesRowBytes(int64_t cols);
 void PackA8PairHalves(const uint8_t* a8_row, int64_t cols, uint8_t* out);
 
-// The Q8_0 activations of the ymm vpdpbusd tile over weights in eight-block groups
-// (WeightLayout::kQ8Groups, quant.h; the avxvnni and avx512 tables' MatMulKernels::pack_a8): per
-// group of eight A8 blocks, their 256 values in the weights' lane order (value 4s + j of block k at
-// byte s*32 + k*4 + j, signed), the eight scales, and each block's start -128 * sum(q). The weights
-// are stored q + 128 (unsigned, as vpdpbusd takes them), so vpdpbusd from that start over the
-// group leaves sum(w * a) in lane k, exactly. Blocks past the row's end are zero with scale 0. Five
-// cache lines per group. Plain baseline code (quant_kernels.cc), reached through the tables' pointers.
+// The Q8_0 activations of the tiles over weights in eight-block groups (WeightLayout::kQ8Groups,
+// quant.h; the avx512, avxvnni and neondot tables' MatMulKernels::pack_a8): per group of eight A8
+// blocks, their 256 values in the weights' lane order (value 4s + j of block k at byte s*32 + k*4 +
+// j, signed), the eight scales, and each block's start -128 * sum(q). The weights are stored q +
+// 128 (unsigned, as vpdpbusd takes them), so vpdpbusd from that start over the group leaves sum(w
+// * a) in lane k, exactly (the sdot tile flips the weights back and ignores the start). Blocks past
+// the row's end are zero with scale 0. Five cache lines per group. Plain baseline code
+// (quant_kernels.cc), reached through the tables' pointers.
 struct alignas(64) A8Group {
   int8_t qs[256];
   float d[8];
