@@ -2,7 +2,7 @@
 # (apt: g++-aarch64-linux-gnu) and the arm64 builds of the dependencies installed side by side
 # through multiarch (dpkg --add-architecture arm64; apt: libpcre2-dev:arm64 libsndfile1-dev:arm64
 # libsoxr-dev:arm64 libwebp-dev:arm64 libjpeg62-turbo-dev:arm64 libcpp-httplib-dev:arm64
-# libgtest-dev:arm64; scripts/setup_cross.sh does all of it). The binaries run here under
+# libgtest-dev:arm64 libhwy-dev:arm64; scripts/setup_cross.sh does all of it). The binaries run here under
 # qemu-aarch64 user-mode emulation (apt: qemu-user), which CMake uses as the emulator for test
 # discovery and ctest. Use: cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake
 set(CMAKE_SYSTEM_NAME Linux)

@@ -60,7 +60,7 @@ if [[ $stages == *" 2 "* ]]; then
   q86=(qemu-x86_64 -cpu Nehalem)
   expect "kernels:         scalar (this CPU and build offer scalar;" "${q86[@]}" build/phi4mm info -m "$fixture"
   expect_error "this CPU lacks AVX2" env PHI4MM_ISA=avx2 "${q86[@]}" build/phi4mm info -m "$fixture"
-  expect_error "this CPU lacks AVX2, FMA, F16C and AVX-VNNI" env PHI4MM_ISA=avxvnni "${q86[@]}" build/phi4mm info -m "$fixture"
+  expect_error "this CPU lacks AVX2, FMA, F16C, BMI2 and AVX-VNNI" env PHI4MM_ISA=avxvnni "${q86[@]}" build/phi4mm info -m "$fixture"
   "${q86[@]}" build/phi4mm run -m "$fixture" -p "hello" -n 6 > "$tmp/nehalem_run.txt"
   build/phi4mm run -m "$fixture" -p "hello" -n 6 > "$tmp/native_run.txt"
   cmp "$tmp/nehalem_run.txt" "$tmp/native_run.txt" || { echo "FAILED: the answer differs without AVX"; exit 1; }

@@ -11,7 +11,7 @@ if ! dpkg --print-foreign-architectures | grep -qx arm64; then
 fi
 pkgs=(qemu-user g++-aarch64-linux-gnu
       libpcre2-dev:arm64 libsndfile1-dev:arm64 libsoxr-dev:arm64 libwebp-dev:arm64
-      libjpeg62-turbo-dev:arm64 libcpp-httplib-dev:arm64 libgtest-dev:arm64)
+      libjpeg62-turbo-dev:arm64 libcpp-httplib-dev:arm64 libgtest-dev:arm64 libhwy-dev:arm64)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -16,7 +16,7 @@ namespace {
 
 CpuFeatures X86(bool avx2, bool avx512, bool avx_vnni = false) {
   CpuFeatures f;
-  f.avx2 = f.fma = f.f16c = avx2;
+  f.avx2 = f.fma = f.f16c = f.bmi2 = avx2;
   f.avx512f = f.avx512bw = f.avx512vl = f.avx512vnni = avx512;
   f.avx_vnni = avx_vnni;
   return f;

@@ -1,21 +1,14 @@
-// AVX2 + FMA row of SiluGateUpRows (compiled with -mavx2 -mfma -mf16c; reached through
-// SiluGateUpRowFor on the avx2 and avx512 ISAs): 8 columns at a time, exp(-g) by avx2_exp.h's Exp.
-#include <immintrin.h>
-
-#include "phi4mm/kernels/activations.h"
-#include "phi4mm/kernels/avx2_exp.h"
+// The AVX2 copy of SiluGateUpRows' row (activations_hwy-inl.h compiled for Highway's AVX2 target;
+// this file gets -mavx2 -mfma -mf16c -mbmi -mbmi2): reached through SiluGateUpRowFor on the avx2,
+// avxvnni and avx512 ISAs.
+#include "phi4mm/kernels/activations_hwy-inl.h"
 
 namespace phi4mm::activation_internal {
 
+static_assert(HWY_TARGET == HWY_AVX2, "activations_avx2.cc must compile for Highway's AVX2 target");
+
 void SiluGateUpRowAvx2(const float* g, const float* u, int64_t d, float* out) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  int64_t j = 0;
-  for (; j + 8 <= d; j += 8) {
-    const __m256 gv = _mm256_loadu_ps(g + j);
-    const __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, avx2::Exp(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
-    _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_loadu_ps(u + j), s));
-  }
-  if (j < d) SiluGateUpRowScalar(g + j, u + j, d - j, out + j);
+  HWY_NAMESPACE::SiluGateUpRow(g, u, d, out);
 }
 
 }  // namespace phi4mm::activation_internal

@@ -43,6 +43,7 @@ CpuFeatures Detect() {
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
     leaf7_subleaves = a;  // the highest subleaf of leaf 7
     f.avx2 = avx_state && ((b >> 5) & 1);
+    f.bmi2 = ((b >> 3) & 1) && ((b >> 8) & 1);  // BMI1 (bit 3) and BMI2 (bit 8)
     f.avx512f = avx512_state && ((b >> 16) & 1);
     f.avx512bw = avx512_state && ((b >> 30) & 1);
     f.avx512vl = avx512_state && ((b >> 31) & 1);

@@ -11,6 +11,9 @@ struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;
+  // BMI1 and BMI2 (every AVX2 CPU of Intel and AMD has both): Highway's AVX2 target, which the
+  // float kernels compile for (kernels/*_hwy-inl.h), may use them.
+  bool bmi2 = false;
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;

@@ -67,9 +67,9 @@ const char* IsaName(Isa isa) {
 const char* IsaRequirement(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return "nothing";
-    case Isa::kAvx2: return "AVX2, FMA and F16C";
-    case Isa::kAvxVnni: return "AVX2, FMA, F16C and AVX-VNNI (or AVX-512 F/BW/VL/VNNI)";
-    case Isa::kAvx512: return "AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI";
+    case Isa::kAvx2: return "AVX2, FMA, F16C and BMI2";
+    case Isa::kAvxVnni: return "AVX2, FMA, F16C, BMI2 and AVX-VNNI (or AVX-512 F/BW/VL/VNNI)";
+    case Isa::kAvx512: return "AVX2, FMA, F16C, BMI2 and AVX-512 F/BW/VL/VNNI";
     case Isa::kNeon: return "Advanced SIMD (NEON)";
     case Isa::kNeonDot: return "Advanced SIMD with the dot-product instructions (asimddp)";
   }
@@ -99,7 +99,7 @@ bool IsaBuilt(Isa isa) {
 }
 
 AvxVnniEncodings AvxVnniRunnable(const CpuFeatures& f) {
-  const bool avx2 = f.avx2 && f.fma && f.f16c;
+  const bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
   AvxVnniEncodings e;
   e.vex = avx2 && f.avx_vnni;
   e.evex = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
@@ -111,7 +111,7 @@ VnniEncoding AvxVnniEncoding() {
 }
 
 bool IsaRuns(Isa isa, const CpuFeatures& f) {
-  const bool avx2 = f.avx2 && f.fma && f.f16c;
+  const bool avx2 = f.avx2 && f.fma && f.f16c && f.bmi2;
   const AvxVnniEncodings vnni = AvxVnniRunnable(f);
   switch (isa) {
     case Isa::kScalar: return true;

@@ -30,7 +30,7 @@ Isa FloatKernelIsa(Isa isa);
 
 // "scalar", "avx2", "avxvnni", "avx512", "neon", "neondot" (the PHI4MM_ISA spellings).
 const char* IsaName(Isa isa);
-// What the CPU must have for `isa`, in words ("AVX2, FMA and F16C").
+// What the CPU must have for `isa`, in words ("AVX2, FMA, F16C and BMI2").
 const char* IsaRequirement(Isa isa);
 // Whether this build compiled the tables of `isa` (x86 tables on x86-64, NEON ones on aarch64).
 bool IsaBuilt(Isa isa);
