@@ -26,6 +26,7 @@
 
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/attention.h"
+#include "phi4mm/kernels/half_hwy-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace phi4mm::HWY_NAMESPACE {
@@ -53,7 +54,7 @@ HWY_INLINE V LoadRow(const int8_t* p) {
   return hn::ConvertTo(D(), hn::PromoteTo(di, hn::LoadU(d8, p)));
 }
 inline float Load1(const float* p) { return *p; }
-inline float Load1(const uint16_t* p) { return F16ToF32(*p); }
+inline float Load1(const uint16_t* p) { return HalfToFloat(*p); }
 inline float Load1(const int8_t* p) { return static_cast<float>(*p); }
 
 // Row t's factor: 1 for float rows, its stored scale for q8 (scales are `stride` bytes apart).

@@ -1,8 +1,7 @@
 // AVX2 + FMA + F16C kernel table (compiled with -mavx2 -mfma -mf16c; only reached through the
 // dispatch in quant_kernels.cc when the CPU has those features).
-//  - f32/bf16/f16 weights x f32 activations: register tiles of R weight rows x N activation rows;
-//    each 8-wide weight vector is widened once (bf16: zero-extend + shift, f16: vcvtph2ps) and
-//    reused for all N rows.
+//  - f32/bf16/f16 weights x f32 activations: float_tile_hwy-inl.h's tile (Highway, shared with the
+//    NEON table), R weight rows x N activation rows, each weight vector widened once.
 //  - Q8_0 x A8 over activations packed in groups of four blocks (pack_a8), each vector holding
 //    the same half of two blocks: sign trick (|w| as the unsigned maddubs operand), madd to int32,
 //    two adds and one hadd fold the four blocks into one vector, so one convert and FMA per four
@@ -17,6 +16,7 @@
 #include <algorithm>
 
 #include "phi4mm/kernels/avx2_reduce.h"
+#include "phi4mm/kernels/float_tile_hwy-inl.h"
 #include "phi4mm/kernels/quant.h"
 #include "phi4mm/kernels/quant_kernels.h"
 #include "phi4mm/kernels/tile_prefetch.h"
@@ -33,76 +33,6 @@ inline void Store(const TileArgs& t, int r, int i, float v) {
 }
 
 inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
-
-struct F32Loader {
-  static constexpr int kBytes = 4;
-  static __m256 Load(const uint8_t* row, int64_t k) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k); }
-  static float At(const uint8_t* row, int64_t k) { return reinterpret_cast<const float*>(row)[k]; }
-};
-struct Bf16Loader {
-  static constexpr int kBytes = 2;
-  static __m256 Load(const uint8_t* row, int64_t k) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + k));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-  static float At(const uint8_t* row, int64_t k) {
-    const uint32_t bits = static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(row)[k]) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-  }
-};
-struct F16Loader {
-  static constexpr int kBytes = 2;
-  static __m256 Load(const uint8_t* row, int64_t k) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + k)));
-  }
-  static float At(const uint8_t* row, int64_t k) { return HalfToFloat(reinterpret_cast<const uint16_t*>(row)[k]); }
-};
-
-template <class L>
-struct FloatImpl {
-  // R*N accumulators + R widened weight vectors + one activation vector. GEMV (N == 1) prefetches
-  // the next tile like the block formats: the LoRA B factors' rows are only 512-640 bytes long.
-  // 3x4 (16 ymm) measured fastest at the vision and decoder shapes: the four activation rows
-  // (4 x cols floats) do not stay in L1, so loads per FMA matter more than the accumulator spill of
-  // the widest tile.
-  template <int R, int N>
-  static void Run(const TileArgs& t) {
-    __m256 acc[R][N];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
-    const float* x[N];
-#pragma GCC unroll 4
-    for (int i = 0; i < N; ++i) x[i] = reinterpret_cast<const float*>(t.a + i * t.a_stride);
-    const int64_t k8 = t.cols & ~int64_t{7};
-    const TilePrefetch pf(t, R, R * 32 * L::kBytes);
-    for (int64_t k = 0; k < k8; k += 8) {
-      if (N == 1 || t.prefetch) {
-        if (k % 32 == 0) pf.At(k / 32);
-      }
-      __m256 w[R];
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) w[r] = L::Load(t.w + r * t.w_stride, k);
-#pragma GCC unroll 4
-      for (int i = 0; i < N; ++i) {
-        const __m256 xv = _mm256_loadu_ps(x[i] + k);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(w[r], xv, acc[r][i]);
-      }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int i = 0; i < N; ++i) {
-        float s = HSum(acc[r][i]);
-        for (int64_t k = k8; k < t.cols; ++k) s += L::At(t.w + r * t.w_stride, k) * x[i][k];
-        Store(t, r, i, s);
-      }
-  }
-};
 
 using A8Quad = quant_internal::A8PairHalves;
 
@@ -430,9 +360,9 @@ void QuantA8K(const float* x, int64_t cols, void* out_v) {
 constexpr MatMulKernels MakeAvx2() {
   MatMulKernels k;
   k.name = "avx2";
-  k.tile[static_cast<int>(WeightFormat::kF32)] = &Tile<FloatImpl<F32Loader>>;
-  k.tile[static_cast<int>(WeightFormat::kBF16)] = &Tile<FloatImpl<Bf16Loader>>;
-  k.tile[static_cast<int>(WeightFormat::kF16)] = &Tile<FloatImpl<F16Loader>>;
+  k.tile[static_cast<int>(WeightFormat::kF32)] = &Tile<HWY_NAMESPACE::FloatTile<HWY_NAMESPACE::F32Rows>>;
+  k.tile[static_cast<int>(WeightFormat::kBF16)] = &Tile<HWY_NAMESPACE::FloatTile<HWY_NAMESPACE::Bf16Rows>>;
+  k.tile[static_cast<int>(WeightFormat::kF16)] = &Tile<HWY_NAMESPACE::FloatTile<HWY_NAMESPACE::F16Rows>>;
   k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8QuadImpl>;
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KImpl>;
   k.shape[static_cast<int>(WeightFormat::kF32)] = {4, 3, 4, 3, 4};

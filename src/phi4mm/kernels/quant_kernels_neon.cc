@@ -1,9 +1,9 @@
 // The NEON kernel table for aarch64 CPUs without the dot-product instructions (compiled with
 // -march=armv8-a, the aarch64 baseline; reached through KernelsFor(Isa::kNeon)). The dot-product
 // table (quant_kernels_neondot.cc) starts from this one and replaces the two integer tiles.
-//  - f32/bf16/f16 weights x f32 activations: R weight rows x N activation rows of 4-wide fmla
-//    accumulators, each weight vector widened once (bf16: shift left 16, f16: fcvtl) and reused for
-//    the N rows; two accumulators per pair so a row walks 8 columns per step.
+//  - f32/bf16/f16 weights x f32 activations: float_tile_hwy-inl.h's tile (Highway, shared with the
+//    AVX2 table), R weight rows x N activation rows of 4-wide fmla accumulators, two per pair so a
+//    row walks 8 columns per step, each weight vector widened once (bf16: shift left 16, f16: fcvtl).
 //  - Q8_0 x A8: smull / smull2 (int8 x int8 -> int16, |p| <= 127 * 127) and sadalp into int32
 //    lanes, one convert and fmla per block with the product of the two scales.
 //  - Q4_K x A8K on the interleaved block order (quant.h): in 16 consecutive positions, 32-bit lane
@@ -16,6 +16,7 @@
 #include <arm_neon.h>
 
 #include "phi4mm/kernels/neon_tile.h"
+#include "phi4mm/kernels/float_tile_hwy-inl.h"
 #include "phi4mm/kernels/quant.h"
 #include "phi4mm/kernels/quant_kernels.h"
 
@@ -29,68 +30,6 @@ using neon::Tile;
 inline float HalfToFloat(uint16_t h) {
   return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
 }
-
-struct F32Loader {
-  static constexpr int kBytes = 4;
-  static float32x4_t Load(const uint8_t* row, int64_t k) { return vld1q_f32(reinterpret_cast<const float*>(row) + k); }
-  static float At(const uint8_t* row, int64_t k) { return reinterpret_cast<const float*>(row)[k]; }
-};
-struct Bf16Loader {
-  static constexpr int kBytes = 2;
-  static float32x4_t Load(const uint8_t* row, int64_t k) {
-    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(reinterpret_cast<const uint16_t*>(row) + k), 16));
-  }
-  static float At(const uint8_t* row, int64_t k) {
-    const uint32_t bits = static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(row)[k]) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-  }
-};
-struct F16Loader {
-  static constexpr int kBytes = 2;
-  static float32x4_t Load(const uint8_t* row, int64_t k) {
-    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(row) + k)));
-  }
-  static float At(const uint8_t* row, int64_t k) { return HalfToFloat(reinterpret_cast<const uint16_t*>(row)[k]); }
-};
-
-template <class L>
-struct FloatImpl {
-  template <int R, int N>
-  static void Run(const TileArgs& t) {
-    float32x4_t acc0[R][N], acc1[R][N];
-    for (int r = 0; r < R; ++r)
-      for (int i = 0; i < N; ++i) acc0[r][i] = acc1[r][i] = vdupq_n_f32(0.0f);
-    const float* x[N];
-    for (int i = 0; i < N; ++i) x[i] = reinterpret_cast<const float*>(t.a + i * t.a_stride);
-    const int64_t k8 = t.cols & ~int64_t{7};
-    const TilePrefetch pf(t, R, R * 32 * L::kBytes);
-    for (int64_t k = 0; k < k8; k += 8) {
-      if (N == 1 || t.prefetch) {
-        if (k % 32 == 0) pf.At(k / 32);
-      }
-      float32x4_t w0[R], w1[R];
-      for (int r = 0; r < R; ++r) {
-        w0[r] = L::Load(t.w + r * t.w_stride, k);
-        w1[r] = L::Load(t.w + r * t.w_stride, k + 4);
-      }
-      for (int i = 0; i < N; ++i) {
-        const float32x4_t x0 = vld1q_f32(x[i] + k), x1 = vld1q_f32(x[i] + k + 4);
-        for (int r = 0; r < R; ++r) {
-          acc0[r][i] = vfmaq_f32(acc0[r][i], w0[r], x0);
-          acc1[r][i] = vfmaq_f32(acc1[r][i], w1[r], x1);
-        }
-      }
-    }
-    for (int r = 0; r < R; ++r)
-      for (int i = 0; i < N; ++i) {
-        float s = vaddvq_f32(vaddq_f32(acc0[r][i], acc1[r][i]));
-        for (int64_t k = k8; k < t.cols; ++k) s += L::At(t.w + r * t.w_stride, k) * x[i][k];
-        Store(t, r, i, s);
-      }
-  }
-};
 
 // The exact int32 lanes of a 32-element int8 dot product: lane l sums bytes 2l, 2l+1 of each
 // 8-byte quarter (so the total of the 4 lanes is the dot product).
@@ -212,9 +151,9 @@ void QuantA8K(const float* x, int64_t cols, void* out) { QuantizeRowA8K(x, cols,
 MatMulKernels MakeNeon() {
   MatMulKernels k;
   k.name = "neon";
-  k.tile[static_cast<int>(WeightFormat::kF32)] = &Tile<FloatImpl<F32Loader>>;
-  k.tile[static_cast<int>(WeightFormat::kBF16)] = &Tile<FloatImpl<Bf16Loader>>;
-  k.tile[static_cast<int>(WeightFormat::kF16)] = &Tile<FloatImpl<F16Loader>>;
+  k.tile[static_cast<int>(WeightFormat::kF32)] = &Tile<HWY_NAMESPACE::FloatTile<HWY_NAMESPACE::F32Rows>>;
+  k.tile[static_cast<int>(WeightFormat::kBF16)] = &Tile<HWY_NAMESPACE::FloatTile<HWY_NAMESPACE::Bf16Rows>>;
+  k.tile[static_cast<int>(WeightFormat::kF16)] = &Tile<HWY_NAMESPACE::FloatTile<HWY_NAMESPACE::F16Rows>>;
   k.tile[static_cast<int>(WeightFormat::kQ8_0)] = &Tile<Q8Impl>;
   k.tile[static_cast<int>(WeightFormat::kQ4K)] = &Tile<Q4KImpl>;
   // 32 vector registers: 4 x 4 tiles fit (Q4_K: 16 x 4 int16 sums would not, so 2 x 4 / 4 x 2;
