@@ -24,7 +24,7 @@ parity_tests='*DecoderParity*:*SpeechEncoderParity*:*SpeechEndToEnd*:*VisionEndT
 # symbol checks): stage 1 leaves them out, a second run on the scalar tables gains nothing.
 isa_free_tests='(^|/)(LoadErrors|TokenizerTest|Server[A-Za-z0-9]*|OnnxWriterTest|Manifest[A-Za-z]*|ExportOptionsTest|ChatFormatTest|CliErrors|Config|ModelConfig|Safetensors|Checkpoint|Sha256|AudioDecode|ImageDecode|Sampler|ThreadPool[A-Za-z]*|Quantize|BenchCommand|IsaObjectsShareNoWeakSymbols|IsaSymbolCheckCatchesSharedInline|ExportPackageTest)(\.|$)'
 # The test files the aarch64 build compiles: those holding the kernel and parity tests.
-arm_test_files='isa|quant_kernels|attention|kv_cache|vision_kernels|kernels|decoder_parity|vision_parity|speech_parity'
+arm_test_files='isa|quant_kernels|attention|kv_cache|vision_kernels|kernels|activations|decoder_parity|vision_parity|speech_parity'
 bash scripts/setup_cross.sh
 [ -x build/phi4mm ] && [ -x build/tests/phi4mm_tests ] || { echo "build/ first (scripts/test.sh)"; exit 1; }
 tmp=$(mktemp -d)

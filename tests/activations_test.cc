@@ -1,7 +1,7 @@
-// The SwiGLU activation of kernels/activations.h: every SIMD row kernel against the scalar row on
-// a sweep of gates (tails included), the scalar row against ops.h's SiluGateUp bit for bit, and
-// the pool-split SiluGateUpRows against row-by-row application (a row's result may not depend on
-// the thread or on the other rows).
+// The gated activations of kernels/activations.h: every SIMD row kernel (SwiGLU, gated swish,
+// swish) against the scalar one on a sweep of gates (tails included), the scalar SwiGLU row against
+// ops.h's SiluGateUp bit for bit, and the pool-split SiluGateUpRows against row-by-row application
+// (a row's result may not depend on the thread or on the other rows).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,12 +15,20 @@ namespace {
 
 using activation_internal::SiluGateUpRowFor;
 using activation_internal::SiluGateUpRowScalar;
+using activation_internal::SwishKernelsFor;
+
+// The gate sweep of every test: [-20, 20] in steps of 0.005, the clamps' edges, and a length of 8k +
+// 3 and 4k + 3 so that every table's scalar tail runs.
+std::vector<float> GateSweep() {
+  std::vector<float> g;
+  for (int i = -4000; i <= 4000; ++i) g.push_back(static_cast<float>(i) * 0.005f);
+  for (float big : {-200.0f, -88.0f, -87.0f, -30.0f, 30.0f, 88.0f, 200.0f, 0.0f, -0.0f}) g.push_back(big);
+  g.resize(g.size() | 3, 0.7f);
+  return g;
+}
 
 TEST(OpsActivations, EverySimdSiluGateUpRowMatchesScalar) {
-  std::vector<float> g;
-  for (int i = -4000; i <= 4000; ++i) g.push_back(static_cast<float>(i) * 0.005f);  // [-20, 20]
-  for (float big : {-200.0f, -88.0f, -87.0f, -30.0f, 30.0f, 88.0f, 200.0f, 0.0f, -0.0f}) g.push_back(big);
-  g.resize(g.size() | 3, 0.7f);  // a length of 8k + 3 and 4k + 3: every table's scalar tail runs
+  const std::vector<float> g = GateSweep();
   const std::vector<float> u = test::Gaussian(g.size(), 11, 2.0f);
   const int64_t d = static_cast<int64_t>(g.size());
   std::vector<float> want(g.size());
@@ -40,6 +48,38 @@ TEST(OpsActivations, EverySimdSiluGateUpRowMatchesScalar) {
       EXPECT_NEAR(got[j], want[j], 5e-7 * std::fabs(want[j]) + 1e-30 * (1 + std::fabs(u[j]))) << "g = " << g[j];
   }
   if (simd == 0) GTEST_SKIP() << "this CPU offers only the scalar row";
+}
+
+// The gated swish with and without its two biases, and the swish in place: the same bound as the
+// SwiGLU row (the same exp, division and product), the bias added first in both.
+TEST(OpsActivations, EverySimdGatedSwishAndSwishMatchScalar) {
+  const std::vector<float> g = GateSweep();
+  const int64_t d = static_cast<int64_t>(g.size());
+  const std::vector<float> v = test::Gaussian(g.size(), 21, 2.0f), vb = test::Gaussian(g.size(), 22, 0.5f),
+                           gb = test::Gaussian(g.size(), 23, 0.5f);
+  const auto& scalar = SwishKernelsFor(Isa::kScalar);
+  int simd = 0;
+  for (Isa isa : AvailableIsas()) {
+    const auto& k = SwishKernelsFor(isa);
+    if (k.swish == scalar.swish) continue;
+    ++simd;
+    SCOPED_TRACE(IsaName(isa));
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE(bias ? "with biases" : "no biases");
+      std::vector<float> want(g.size()), got(g.size());
+      scalar.gated_swish_row(v.data(), g.data(), bias ? vb.data() : nullptr, bias ? gb.data() : nullptr, d, want.data());
+      k.gated_swish_row(v.data(), g.data(), bias ? vb.data() : nullptr, bias ? gb.data() : nullptr, d, got.data());
+      for (size_t j = 0; j < g.size(); ++j) {
+        const float value = v[j] + (bias ? vb[j] : 0.0f);
+        EXPECT_NEAR(got[j], want[j], 5e-7 * std::fabs(want[j]) + 1e-30 * (1 + std::fabs(value))) << "g = " << g[j];
+      }
+    }
+    std::vector<float> want = g, got = g;
+    scalar.swish(want.data(), d);
+    k.swish(got.data(), d);
+    for (size_t j = 0; j < g.size(); ++j) EXPECT_NEAR(got[j], want[j], 5e-7 * std::fabs(want[j]) + 1e-30) << "x = " << g[j];
+  }
+  if (simd == 0) GTEST_SKIP() << "this CPU offers only the scalar rows";
 }
 
 TEST(OpsActivations, ScalarRowIsOpsSiluGateUp) {

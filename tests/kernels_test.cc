@@ -1,6 +1,7 @@
 // Kernel tests against straightforward double-precision references on odd shapes and tails:
 // WeightMatrix products in every storage format (aligned and unaligned data, accumulate, threads),
-// RMSNorm, SwiGLU, rotary, causal GQA attention, and the thread pool's coverage of a range.
+// RMSNorm, SwiGLU, rotary, LayerNorm (every ISA's row against a double reference), causal GQA
+// attention, and the thread pool's coverage of a range.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,6 +10,7 @@
 
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/attention.h"
+#include "phi4mm/kernels/isa.h"
 #include "phi4mm/kernels/ops.h"
 #include "phi4mm/kernels/weight_matrix.h"
 #include "test_util.h"
@@ -113,6 +115,36 @@ TEST(Ops, RmsNormSiluRotary) {
     }
     EXPECT_EQ(b[6], a[6]);
     EXPECT_EQ(b[7], a[7]);
+  }
+}
+
+// Every table's LayerNorm row (the SIMD ones sum in another order) against a double-precision
+// reference, on widths with and without a vector tail, rows with a large mean (the two-pass
+// variance keeps it exact), in place and not.
+TEST(Ops, LayerNormRowOfEveryIsaMatchesReference) {
+  for (int64_t dim : {1, 3, 8, 13, 1024, 1152 + 5}) {
+    SCOPED_TRACE(dim);
+    std::vector<float> x = test::Gaussian(static_cast<size_t>(dim), 31 + dim, 2.0f);
+    for (float& v : x) v += 40.0f;
+    const std::vector<float> w = test::Gaussian(x.size(), 32, 1.0f), b = test::Gaussian(x.size(), 33, 0.5f);
+    const float eps = 1e-5f;
+    double mean = 0, var = 0;
+    for (float v : x) mean += v;
+    mean /= static_cast<double>(dim);
+    for (float v : x) var += (v - mean) * (v - mean);
+    var /= static_cast<double>(dim);
+    for (Isa isa : AvailableIsas()) {
+      SCOPED_TRACE(IsaName(isa));
+      const auto row = ops_internal::LayerNormRowFor(isa);
+      std::vector<float> got(x.size()), inplace = x;
+      row(x.data(), w.data(), b.data(), dim, eps, got.data());
+      row(inplace.data(), w.data(), b.data(), dim, eps, inplace.data());
+      EXPECT_EQ(inplace, got);
+      for (int64_t j = 0; j < dim; ++j) {
+        const double want = (x[j] - mean) / std::sqrt(var + eps) * w[j] + b[j];
+        EXPECT_NEAR(got[j], want, 1e-6 * (1 + std::fabs(want))) << "j = " << j;
+      }
+    }
   }
 }
 

@@ -1,4 +1,5 @@
-// SiluGateUpRows: the scalar row, the per-ISA table and the split over rows.
+// SiluGateUpRows, the gated swish and swish: the scalar rows, the per-ISA tables and the split over
+// rows.
 #include "phi4mm/kernels/activations.h"
 
 #include <cmath>
@@ -9,6 +10,32 @@ namespace activation_internal {
 
 void SiluGateUpRowScalar(const float* g, const float* u, int64_t d, float* out) {
   for (int64_t j = 0; j < d; ++j) out[j] = u[j] * (g[j] / (1.0f + std::exp(-g[j])));
+}
+
+void GatedSwishRowScalar(const float* value, const float* gate, const float* vb, const float* gb, int64_t d,
+                         float* out) {
+  for (int64_t j = 0; j < d; ++j) {
+    const float g = gate[j] + (gb ? gb[j] : 0.0f);
+    out[j] = (value[j] + (vb ? vb[j] : 0.0f)) * (g / (1.0f + std::exp(-g)));
+  }
+}
+
+void SwishScalar(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+const SwishKernels& SwishKernelsFor(Isa isa) {
+  static const SwishKernels scalar{&GatedSwishRowScalar, &SwishScalar};
+#if defined(PHI4MM_BUILD_X86_KERNELS)
+  static const SwishKernels avx2{&GatedSwishRowAvx2, &SwishAvx2};
+  if (FloatKernelIsa(isa) == Isa::kAvx2) return avx2;
+#endif
+#if defined(PHI4MM_BUILD_ARM_KERNELS)
+  static const SwishKernels neon{&GatedSwishRowNeon, &SwishNeon};
+  if (FloatKernelIsa(isa) == Isa::kNeon) return neon;
+#endif
+  (void)isa;
+  return scalar;
 }
 
 SiluGateUpRowFn SiluGateUpRowFor(Isa isa) {

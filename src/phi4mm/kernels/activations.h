@@ -1,8 +1,10 @@
-// The gated activation of a SwiGLU MLP (no model knowledge): out = up * silu(gate) over rows that
-// hold [gate | up], split over a thread pool by rows. Each row runs the table of the process's ISA
-// (kernels/isa.h): AVX2 (activations_avx2.cc) on the x86 SIMD ISAs, NEON (activations_neon.cc) on
-// aarch64, the scalar loop of ops.h's SiluGateUp otherwise. A row's result does not depend on the
-// other rows or on the thread that computes it (what a batched decoder step needs).
+// The gated activations of the models' MLPs (no model knowledge), one table per ISA (kernels/isa.h):
+// the SwiGLU of the decoder (out = up * silu(gate) over rows that hold [gate | up], split over a
+// thread pool by rows), and the speech encoder's gated swish (GLU) and swish. Each runs the row of
+// the process's ISA: the Highway source activations_hwy-inl.h compiled for AVX2 on the x86 SIMD
+// ISAs (activations_avx2.cc) and for NEON on aarch64 (activations_neon.cc), the scalar loops
+// otherwise. A row's result does not depend on the other rows or on the thread that computes it
+// (what a batched decoder step needs).
 #pragma once
 
 #include <cstdint>
@@ -22,9 +24,30 @@ using SiluGateUpRowFn = void (*)(const float* g, const float* u, int64_t d, floa
 SiluGateUpRowFn SiluGateUpRowFor(Isa isa);
 // The scalar reference, the same expression as ops.h's SiluGateUp.
 void SiluGateUpRowScalar(const float* g, const float* u, int64_t d, float* out);
-// exp(-g) as avx2_exp.h's / neon_exp.h's 2^(-g·log2 e); the last d % 8 (d % 4) by the scalar row.
+// exp(-g) as exp_hwy-inl.h's Exp; the last d % 8 (d % 4) by the scalar row.
 void SiluGateUpRowAvx2(const float* g, const float* u, int64_t d, float* out);
 void SiluGateUpRowNeon(const float* g, const float* u, int64_t d, float* out);
+
+// One row of the gated swish: out[j] = (value[j] + vb[j]) * swish(gate[j] + gb[j]), swish(x) =
+// x / (1 + exp(-x)), j < d; vb and gb may be nullptr (no bias).
+using GatedSwishRowFn = void (*)(const float* value, const float* gate, const float* vb, const float* gb, int64_t d,
+                                 float* out);
+// x[i] = swish(x[i]) for i < n.
+using SwishFn = void (*)(float* x, int64_t n);
+// The gated swish and swish of `isa` (one in AvailableIsas()); scalar: the two below.
+struct SwishKernels {
+  GatedSwishRowFn gated_swish_row;
+  SwishFn swish;
+};
+const SwishKernels& SwishKernelsFor(Isa isa);
+// The scalar references (speech_ops.h's GatedSwish and SwishInPlace on the scalar ISA).
+void GatedSwishRowScalar(const float* value, const float* gate, const float* vb, const float* gb, int64_t d,
+                         float* out);
+void SwishScalar(float* x, int64_t n);
+void GatedSwishRowAvx2(const float* value, const float* gate, const float* vb, const float* gb, int64_t d, float* out);
+void SwishAvx2(float* x, int64_t n);
+void GatedSwishRowNeon(const float* value, const float* gate, const float* vb, const float* gb, int64_t d, float* out);
+void SwishNeon(float* x, int64_t n);
 }  // namespace activation_internal
 
 }  // namespace phi4mm

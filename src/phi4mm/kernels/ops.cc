@@ -52,25 +52,40 @@ void ApplyRotary(float* x, int64_t n_heads, int64_t head_dim, int64_t rot_dim, c
   }
 }
 
+namespace ops_internal {
+
+void LayerNormRowScalar(const float* x, const float* w, const float* b, int64_t dim, float eps, float* out) {
+  double mean = 0;
+  for (int64_t j = 0; j < dim; ++j) mean += x[j];
+  mean /= static_cast<double>(dim);
+  double var = 0;
+  for (int64_t j = 0; j < dim; ++j) {
+    const double d = x[j] - mean;
+    var += d * d;
+  }
+  var /= static_cast<double>(dim);
+  const double rstd = 1.0 / std::sqrt(var + static_cast<double>(eps));
+  for (int64_t j = 0; j < dim; ++j) out[j] = static_cast<float>((x[j] - mean) * rstd) * w[j] + b[j];
+}
+
+LayerNormRowFn LayerNormRowFor(Isa isa) {
+#if defined(PHI4MM_BUILD_X86_KERNELS)
+  if (FloatKernelIsa(isa) == Isa::kAvx2) return &LayerNormRowAvx2;
+#endif
+#if defined(PHI4MM_BUILD_ARM_KERNELS)
+  if (FloatKernelIsa(isa) == Isa::kNeon) return &LayerNormRowNeon;
+#endif
+  (void)isa;
+  return &LayerNormRowScalar;
+}
+
+}  // namespace ops_internal
+
 void LayerNorm(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps, float* out,
                ThreadPool* pool) {
+  static const ops_internal::LayerNormRowFn row = ops_internal::LayerNormRowFor(ActiveIsa());
   auto rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xi = x + r * dim;
-      float* oi = out + r * dim;
-      double mean = 0;
-      for (int64_t j = 0; j < dim; ++j) mean += xi[j];
-      mean /= static_cast<double>(dim);
-      double var = 0;
-      for (int64_t j = 0; j < dim; ++j) {
-        const double d = xi[j] - mean;
-        var += d * d;
-      }
-      var /= static_cast<double>(dim);
-      const double rstd = 1.0 / std::sqrt(var + static_cast<double>(eps));
-      for (int64_t j = 0; j < dim; ++j)
-        oi[j] = static_cast<float>((xi[j] - mean) * rstd) * w[j] + b[j];
-    }
+    for (int64_t r = r0; r < r1; ++r) row(x + r * dim, w, b, dim, eps, out + r * dim);
   };
   if (pool) {
     pool->ParallelFor(n, rows, 64);

@@ -1,10 +1,13 @@
 // Element-wise and row-wise float32 operators used by the models: RMSNorm, LayerNorm, SwiGLU,
-// GELU (tanh and exact), bias rows, softmax, rotary embedding. Portable scalar reference versions; SIMD versions dispatch here later.
+// GELU (tanh and exact), bias rows, softmax, rotary embedding. Portable scalar reference versions;
+// LayerNorm runs the row of the process's ISA (the Highway source norms_hwy-inl.h compiled for AVX2
+// or NEON, sums in double like the scalar row).
 #pragma once
 
 #include <cstdint>
 
 #include "phi4mm/base/thread_pool.h"
+#include "phi4mm/kernels/isa.h"
 
 namespace phi4mm {
 
@@ -15,6 +18,17 @@ void RmsNorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, 
 // torch.nn.LayerNorm). out may equal x.
 void LayerNorm(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps, float* out,
                ThreadPool* pool);
+
+namespace ops_internal {
+// One LayerNorm row: mean and biased variance summed in double, out[j] = float((x[j] - mean) *
+// rstd) * w[j] + b[j] (a product, then a sum: no fused multiply-add). out may equal x.
+using LayerNormRowFn = void (*)(const float* x, const float* w, const float* b, int64_t dim, float eps, float* out);
+// The row of `isa` (one in AvailableIsas()); scalar: LayerNormRowScalar.
+LayerNormRowFn LayerNormRowFor(Isa isa);
+void LayerNormRowScalar(const float* x, const float* w, const float* b, int64_t dim, float eps, float* out);
+void LayerNormRowAvx2(const float* x, const float* w, const float* b, int64_t dim, float eps, float* out);
+void LayerNormRowNeon(const float* x, const float* w, const float* b, int64_t dim, float eps, float* out);
+}  // namespace ops_internal
 
 // In place: x = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))  (torch gelu(approximate="tanh")).
 void GeluTanhInPlace(float* x, int64_t n);

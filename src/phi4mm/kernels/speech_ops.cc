@@ -1,6 +1,7 @@
 // Conformer-style float32 operators (see speech_ops.h): portable scalar versions, except the
-// attention, which runs on the decoder's attention row kernels (attention.h) of the process's ISA;
-// its threads split (head, query group) pairs.
+// swish and gated swish, which run the rows of activations.h, and the attention, which runs on the
+// decoder's attention row kernels (attention.h), both of the process's ISA; the attention's threads
+// split (head, query group) pairs.
 #include "phi4mm/kernels/speech_ops.h"
 
 #include <algorithm>
@@ -8,28 +9,38 @@
 #include <limits>
 #include <vector>
 
+#include "phi4mm/kernels/activations.h"
 #include "phi4mm/kernels/attention.h"
 
 namespace phi4mm {
 
-void SwishInPlace(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+void SwishInPlace(float* x, int64_t n, ThreadPool* pool) {
+  static const activation_internal::SwishFn swish = activation_internal::SwishKernelsFor(ActiveIsa()).swish;
+  // Pieces of 1024 floats: whole vectors of every table, so a value's result does not depend on
+  // where the split falls (the scalar tail of a piece would round differently).
+  constexpr int64_t kPiece = 1024;
+  auto body = [&](int64_t p0, int64_t p1) {
+    const int64_t i0 = p0 * kPiece, i1 = std::min(n, p1 * kPiece);
+    swish(x + i0, i1 - i0);
+  };
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+  if (pool != nullptr) pool->ParallelFor(pieces, body, 16);
+  else body(0, pieces);
 }
 
 void ReluInPlace(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::max(x[i], 0.0f);
 }
 
-void GatedSwish(const float* x, int64_t n, int64_t d, const float* value_bias, const float* gate_bias, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float* value = x + i * 2 * d;
-    const float* gate = value + d;
-    float* y = out + i * d;
-    for (int64_t j = 0; j < d; ++j) {
-      const float g = gate[j] + (gate_bias ? gate_bias[j] : 0.0f);
-      y[j] = (value[j] + (value_bias ? value_bias[j] : 0.0f)) * (g / (1.0f + std::exp(-g)));
-    }
-  }
+void GatedSwish(const float* x, int64_t n, int64_t d, const float* value_bias, const float* gate_bias, float* out,
+                ThreadPool* pool) {
+  static const activation_internal::GatedSwishRowFn row =
+      activation_internal::SwishKernelsFor(ActiveIsa()).gated_swish_row;
+  auto body = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) row(x + i * 2 * d, x + i * 2 * d + d, value_bias, gate_bias, d, out + i * d);
+  };
+  if (pool != nullptr) pool->ParallelFor(n, body, 16);
+  else body(0, n);
 }
 
 // A work item is one head and a group of up to kQueries consecutive queries, which share every

@@ -10,13 +10,14 @@
 
 namespace phi4mm {
 
-// x = x · σ(x)  (torch SiLU / "swish").
-void SwishInPlace(float* x, int64_t n);
+// x = x · σ(x)  (torch SiLU / "swish"), split over `pool` (may be nullptr) in ranges of whole vectors.
+void SwishInPlace(float* x, int64_t n, ThreadPool* pool = nullptr);
 void ReluInPlace(float* x, int64_t n);
 
 // x [n, 2d] holds [value | gate] per row; out[n, d] = (value + value_bias) · swish(gate + gate_bias).
-// Either bias ([d]) may be nullptr.
-void GatedSwish(const float* x, int64_t n, int64_t d, const float* value_bias, const float* gate_bias, float* out);
+// Either bias ([d]) may be nullptr. Rows split over `pool` (may be nullptr).
+void GatedSwish(const float* x, int64_t n, int64_t d, const float* value_bias, const float* gate_bias, float* out,
+                ThreadPool* pool = nullptr);
 
 struct RelBiasAttentionShape {
   int64_t seq = 0;      // L: queries = keys

@@ -53,8 +53,8 @@ Result<Linear> LoadLinear(const Checkpoint& ckpt, const std::string& base, const
 
 struct LayerNormW {
   std::vector<float> w, b;  // [D]
-  void Apply(const float* x, int64_t n, float* y) const {
-    LayerNorm(x, w.data(), b.data(), n, static_cast<int64_t>(w.size()), kLayerNormEps, y, nullptr);
+  void Apply(const float* x, int64_t n, float* y, ThreadPool* pool) const {
+    LayerNorm(x, w.data(), b.data(), n, static_cast<int64_t>(w.size()), kLayerNormEps, y, pool);
   }
 };
 
@@ -113,9 +113,9 @@ struct Scratch {
 // x += 0.5 · FeedForward(x), x: [L, D]  (ConformerEncoderLayer: `x + 0.5 * feed_forward_in(x)`).
 void HalfStepFeedForward(const FeedForward& f, float* x, int64_t L, int64_t d, int64_t inner, Scratch& s,
                          ThreadPool* pool) {
-  f.norm.Apply(x, L, s.n.data());
+  f.norm.Apply(x, L, s.n.data(), pool);
   f.gate_up.Apply(s.n.data(), L, s.a.data(), pool);                         // [L, 2I]
-  GatedSwish(s.a.data(), L, inner, nullptr, nullptr, s.b.data());          // [L, I]
+  GatedSwish(s.a.data(), L, inner, nullptr, nullptr, s.b.data(), pool);    // [L, I]
   f.down.Apply(s.b.data(), L, s.a.data(), pool);                           // [L, D]
   for (int64_t i = 0; i < L * d; ++i) x[i] += 0.5f * s.a[static_cast<size_t>(i)];
 }
@@ -127,7 +127,7 @@ void ConformerBlock(const Block& blk, float* x, int64_t L, const AudioConfig& c,
   HalfStepFeedForward(blk.ff_in, x, L, d, inner, s, pool);
 
   // Self-attention (Phi4MultimodalAudioAttention, eager): softmax(q·kᵀ·d_k^-0.5 + bias) v, o_proj.
-  blk.norm_att.Apply(x, L, s.n.data());
+  blk.norm_att.Apply(x, L, s.n.data(), pool);
   blk.q.Apply(s.n.data(), L, s.q.data(), pool);
   blk.k.Apply(s.n.data(), L, s.k.data(), pool);
   blk.v.Apply(s.n.data(), L, s.v.data(), pool);
@@ -141,17 +141,17 @@ void ConformerBlock(const Block& blk, float* x, int64_t L, const AudioConfig& c,
   for (int64_t i = 0; i < L * d; ++i) x[i] += s.n[static_cast<size_t>(i)];
 
   // Convolution module (Phi4MultimodalAudioConvModule.forward).
-  blk.norm_conv.Apply(x, L, s.n.data());
+  blk.norm_conv.Apply(x, L, s.n.data(), pool);
   blk.glu_pw.Apply(s.n.data(), L, s.a.data(), pool);                               // [L, 2D]
-  GatedSwish(s.a.data(), L, d, blk.glu_b1.data(), blk.glu_b2.data(), s.b.data());  // [L, D]
+  GatedSwish(s.a.data(), L, d, blk.glu_b1.data(), blk.glu_b2.data(), s.b.data(), pool);  // [L, D]
   CausalDepthwiseConv1d(s.b.data(), L, d, blk.dw_w.data(), c.kernel_size, blk.dw_b.data(), s.a.data(), pool);
   blk.dw_pw.Apply(s.a.data(), L, s.b.data(), pool);                                // [L, D]
-  SwishInPlace(s.b.data(), L * d);
+  SwishInPlace(s.b.data(), L * d, pool);
   blk.ext_pw.Apply(s.b.data(), L, s.n.data(), pool);
   for (int64_t i = 0; i < L * d; ++i) x[i] += s.n[static_cast<size_t>(i)];
 
   HalfStepFeedForward(blk.ff_out, x, L, d, inner, s, pool);
-  blk.norm_final.Apply(x, L, x);
+  blk.norm_final.Apply(x, L, x, pool);
 }
 
 // adaptive_enc_mask(L, arange(0, L, chunk_size), left_window = left_chunk) as [L, L] (1 = query i
