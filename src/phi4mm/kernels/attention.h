@@ -114,8 +114,8 @@ struct RowKernels {
 };
 
 const RowKernels& ScalarRowKernels();
-// Defined in attention_avx2.cc (x86-64 builds) and attention_neon.cc (aarch64 builds); reached
-// through RowKernelsFor.
+// The Highway source attention_hwy-inl.h compiled for AVX2 in attention_avx2.cc (x86-64 builds)
+// and for NEON in attention_neon.cc (aarch64 builds); reached through RowKernelsFor.
 const RowKernels& Avx2RowKernels();
 const RowKernels& NeonRowKernels();
 // The table of `isa` (an ISA in AvailableIsas()): that of FloatKernelIsa(isa), so avxvnni and

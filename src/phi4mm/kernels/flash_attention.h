@@ -1,5 +1,6 @@
 // The flash-style BidirectionalAttention of vision_ops.h, written once for the SIMD vision tables
-// (vision_ops_avx2.cc, vision_ops_neon.cc); each passes a `Simd` struct with its register tiles:
+// (vision_ops_hwy-inl.h, compiled by vision_ops_avx2.cc and vision_ops_neon.cc), which pass a
+// `Simd` struct with their register tiles:
 //   ScoreTile6x16(q, kt, hdp, s)   s[r*kBk + c] = Σ_d q[r*hdp + d]·kt[d*kBk + c], 6 rows, 16 columns
 //   Accumulate<Cols>(p, v, hdp, nk, o)  o[r*hdp + d] += Σ_{j<nk} p[r*kBk + j]·v[j*hdp + d], 4 rows,
 //                                  d < Cols (8, 16 or 24; AccumulateRows4 below covers all of hdp)

@@ -1,7 +1,7 @@
 // Generic float32 vision-transformer operators: masked bidirectional batch attention, 2x2 average
 // pooling and the row-parallel bias / GELU / residual steps. Scalar reference versions, and the
-// per-ISA table (the AVX2 kernels of vision_ops_avx2.cc on x86, the NEON ones of vision_ops_neon.cc
-// on aarch64) picked by the process's ISA.
+// per-ISA table (vision_ops_hwy-inl.h compiled for AVX2 in vision_ops_avx2.cc on x86 and for NEON
+// in vision_ops_neon.cc on aarch64) picked by the process's ISA.
 #include "phi4mm/kernels/vision_ops.h"
 
 #include <algorithm>

@@ -2,9 +2,9 @@
 // attention over a batch of sequences with a per-key validity mask, 2x2 average pooling of
 // channels-last feature maps with optional right/bottom reflection padding for odd sizes, and the
 // row-parallel bias / tanh-GELU / residual steps of an encoder layer. Each has a scalar reference;
-// attention and GELU run the table of the process's ISA (kernels/isa.h): AVX2 kernels
-// (vision_ops_avx2.cc) on the x86 SIMD ISAs, NEON ones (vision_ops_neon.cc) on aarch64, the scalar
-// ones otherwise.
+// attention and GELU run the table of the process's ISA (kernels/isa.h): the Highway source
+// vision_ops_hwy-inl.h compiled for AVX2 (vision_ops_avx2.cc) on the x86 SIMD ISAs and for NEON
+// (vision_ops_neon.cc) on aarch64, the scalar ones otherwise.
 // (LayerNorm and the scalar GELUs are in kernels/ops.h.)
 #pragma once
 
