@@ -3,7 +3,8 @@
 // mean and the variance in double (each vector of N floats widened to two vectors of N/2 doubles,
 // in two accumulators per pass), normalises in double, rounds to float, then multiplies by w and
 // adds b as two float operations, so it differs from the scalar row only in the order of the
-// double sums. Internal linkage: include only from src/phi4mm/kernels/norms_<isa>.cc.
+// double sums (and the variance's fused multiply-adds), far below a float's rounding. Internal
+// linkage: include only from src/phi4mm/kernels/norms_<isa>.cc.
 #pragma once
 
 #include <hwy/highway.h>
