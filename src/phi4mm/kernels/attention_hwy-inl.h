@@ -26,6 +26,7 @@
 
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/attention.h"
+#include "phi4mm/kernels/exp_hwy-inl.h"
 #include "phi4mm/kernels/half_hwy-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -182,18 +183,25 @@ void ScoresG(const float* q, const E* k, const uint8_t* sc, int64_t stride, int6
   for (; t < len; ++t) ScoresRow<G>(q, k, sc, stride, hd, scale, s, len, t);
 }
 
+// f(std::integral_constant<int, Gc>, g0) for the groups of up to three query heads g0..g0+Gc of G:
+// the decode kernels' tiles take the group size as a template parameter.
+template <class F>
+HWY_INLINE void ForHeadGroups(int G, F&& f) {
+  for (int g0 = 0; g0 < G; g0 += 3) {
+    switch (std::min(3, G - g0)) {
+      case 1: f(std::integral_constant<int, 1>(), g0); break;
+      case 2: f(std::integral_constant<int, 2>(), g0); break;
+      default: f(std::integral_constant<int, 3>(), g0); break;
+    }
+  }
+}
+
 template <typename E>
 void Scores(const float* q, int G, const E* k, const uint8_t* sc, int64_t stride, int64_t len, int64_t hd,
             float scale, float* s) {
-  for (int g0 = 0; g0 < G; g0 += 3) {
-    const float* qg = q + g0 * hd;
-    float* sg = s + g0 * len;
-    switch (std::min(3, G - g0)) {
-      case 1: ScoresG<1>(qg, k, sc, stride, len, hd, scale, sg); break;
-      case 2: ScoresG<2>(qg, k, sc, stride, len, hd, scale, sg); break;
-      default: ScoresG<3>(qg, k, sc, stride, len, hd, scale, sg); break;
-    }
-  }
+  ForHeadGroups(G, [&](auto gc, int g0) {
+    ScoresG<decltype(gc)::value>(q + g0 * hd, k, sc, stride, len, hd, scale, s + g0 * len);
+  });
 }
 
 // out[g][d0..d0+N·C) += sum_t p[g][t] * f_t * v_t[d0..d0+N·C) for t in [t0, t1), g < G (query
@@ -254,15 +262,9 @@ void AccumG(const float* p, int64_t ldp, const E* v, const uint8_t* sc, int64_t 
 template <typename E>
 void Accum(const float* p, int64_t ldp, int G, const E* v, const uint8_t* sc, int64_t stride, int64_t len,
            int64_t hd, float* out) {
-  for (int g0 = 0; g0 < G; g0 += 3) {
-    const float* pg = p + g0 * ldp;
-    float* og = out + g0 * hd;
-    switch (std::min(3, G - g0)) {
-      case 1: AccumG<1>(pg, ldp, v, sc, stride, len, hd, og); break;
-      case 2: AccumG<2>(pg, ldp, v, sc, stride, len, hd, og); break;
-      default: AccumG<3>(pg, ldp, v, sc, stride, len, hd, og); break;
-    }
-  }
+  ForHeadGroups(G, [&](auto gc, int g0) {
+    AccumG<decltype(gc)::value>(p + g0 * ldp, ldp, v, sc, stride, len, hd, out + g0 * hd);
+  });
 }
 
 void ScoresF32(const float* q, int G, const float* k, int64_t stride, int64_t len, int64_t hd, float scale, float* s) {
@@ -353,7 +355,8 @@ void TileQk(const float* q, int64_t rows, const float* k, int64_t n, int64_t hdp
 }
 
 // exp(x) for x <= 0 (the softmax's arguments); below -87 (including -inf) it returns 0. n =
-// round(x·log2 e) lies in [-126, 0], so 2^n is built from the exponent bits as in exp_hwy-inl.h.
+// round(x·log2 e) lies in [-126, 0], so 2^n is exp_hwy-inl.h's Pow2I. (Its own degree-5
+// polynomial, not exp_hwy-inl.h's Exp: the decoder's attention kept its numerics.)
 HWY_INLINE V ExpNonPositive(V x) {
   const D d;
   const auto keep = hn::Ge(x, hn::Set(d, -87.0f));
@@ -368,9 +371,7 @@ HWY_INLINE V ExpNonPositive(V x) {
   y = hn::MulAdd(y, x, hn::Set(d, 1.6666665459e-1f));
   y = hn::MulAdd(y, x, hn::Set(d, 5.0000001201e-1f));
   y = hn::MulAdd(y, hn::Mul(x, x), hn::Add(x, hn::Set(d, 1.0f)));
-  const hn::RebindToSigned<D> di;
-  const V pow2 = hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, hn::Add(fx, hn::Set(d, 127.0f + 8388608.0f)))));
-  return hn::IfThenElseZero(keep, hn::Mul(y, pow2));
+  return hn::IfThenElseZero(keep, hn::Mul(y, Pow2I(d, fx)));
 }
 
 void TileSoftmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* o, int64_t hdp) {
