@@ -29,56 +29,43 @@ struct VisionTiles {
   static constexpr int64_t kBk = vision_internal::flash::kBk;
   static_assert(HWY_HAVE_SCALABLE == 0 && 16 % N == 0 && 8 % N == 0, "the tiles assume 4 or 8 lanes");
 
-  static void ScoreTile6x16(const float* q, const float* kt, int64_t hdp, float* s) {
-    const D d;
-    constexpr size_t C = 16 / N;
-    hn::Vec<D> a[6][C];
-#pragma GCC unroll 8
-    for (int r = 0; r < 6; ++r)
-#pragma GCC unroll 8
-      for (size_t c = 0; c < C; ++c) a[r][c] = hn::Zero(d);
-    for (int64_t k = 0; k < hdp; ++k) {
-      hn::Vec<D> kv[C];
-#pragma GCC unroll 8
-      for (size_t c = 0; c < C; ++c) kv[c] = hn::LoadU(d, kt + k * kBk + c * N);
-#pragma GCC unroll 8
-      for (int r = 0; r < 6; ++r) {
-        const auto qb = hn::Set(d, q[r * hdp + k]);
-#pragma GCC unroll 8
-        for (size_t c = 0; c < C; ++c) a[r][c] = hn::MulAdd(qb, kv[c], a[r][c]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < 6; ++r)
-#pragma GCC unroll 8
-      for (size_t c = 0; c < C; ++c) hn::StoreU(a[r][c], d, s + r * kBk + c * N);
-  }
-  // o[r * hdp + c] += sum_j p[r * kBk + j] * v[j * hdp + c] for 4 rows and the first Cols columns
-  // (8, 16 or 24: W = Cols / N vectors), j < nk.
-  template <int Cols>
-  static void Accumulate(const float* p, const float* v, int64_t hdp, int64_t nk, float* o) {
+  // c[r * ldc + j] (+)= sum_k a[r * lda + k] * b[k * ldb + j] for r < R, j < Cols, k < n: R x Cols/N
+  // accumulators, each b slice loaded once for the R rows, each a element broadcast once for the
+  // Cols columns. kLoad starts from c's values, otherwise from zero.
+  template <int R, int Cols, bool kLoad>
+  static void RowTile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc) {
     const D d;
     constexpr size_t W = Cols / N;
-    hn::Vec<D> a[4][W];
+    hn::Vec<D> acc[R][W];
 #pragma GCC unroll 8
-    for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (size_t w = 0; w < W; ++w) a[r][w] = hn::LoadU(d, o + r * hdp + w * N);
-    for (int64_t j = 0; j < nk; ++j) {
-      hn::Vec<D> vv[W];
+      for (size_t w = 0; w < W; ++w) acc[r][w] = kLoad ? hn::LoadU(d, c + r * ldc + w * N) : hn::Zero(d);
+    for (int64_t k = 0; k < n; ++k) {
+      hn::Vec<D> bv[W];
 #pragma GCC unroll 8
-      for (size_t w = 0; w < W; ++w) vv[w] = hn::LoadU(d, v + j * hdp + w * N);
+      for (size_t w = 0; w < W; ++w) bv[w] = hn::LoadU(d, b + k * ldb + w * N);
 #pragma GCC unroll 8
-      for (int r = 0; r < 4; ++r) {
-        const auto pb = hn::Set(d, p[r * kBk + j]);
+      for (int r = 0; r < R; ++r) {
+        const auto ab = hn::Set(d, a[r * lda + k]);
 #pragma GCC unroll 8
-        for (size_t w = 0; w < W; ++w) a[r][w] = hn::MulAdd(pb, vv[w], a[r][w]);
+        for (size_t w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(ab, bv[w], acc[r][w]);
       }
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (size_t w = 0; w < W; ++w) hn::StoreU(a[r][w], d, o + r * hdp + w * N);
+      for (size_t w = 0; w < W; ++w) hn::StoreU(acc[r][w], d, c + r * ldc + w * N);
+  }
+  // s[r*kBk + c] = sum_d q[r*hdp + d] * kt[d*kBk + c], 6 rows, 16 columns.
+  static void ScoreTile6x16(const float* q, const float* kt, int64_t hdp, float* s) {
+    RowTile<6, 16, false>(q, hdp, kt, kBk, hdp, s, kBk);
+  }
+  // o[r * hdp + c] += sum_j p[r * kBk + j] * v[j * hdp + c] for 4 rows and the first Cols columns
+  // (8, 16 or 24), j < nk.
+  template <int Cols>
+  static void Accumulate(const float* p, const float* v, int64_t hdp, int64_t nk, float* o) {
+    RowTile<4, Cols, true>(p, kBk, v, hdp, nk, o, hdp);
   }
   static float RowMax(const float* s) {
     const D d;
