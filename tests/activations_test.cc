@@ -13,9 +13,8 @@
 namespace phi4mm {
 namespace {
 
-using activation_internal::SiluGateUpRowFor;
 using activation_internal::SiluGateUpRowScalar;
-using activation_internal::SwishKernelsFor;
+using activation_internal::ActivationKernelsFor;
 
 // The gate sweep of every test: [-20, 20] in steps of 0.005, the clamps' edges, and a length of 8k +
 // 3 and 4k + 3 so that every table's scalar tail runs.
@@ -35,7 +34,7 @@ TEST(OpsActivations, EverySimdSiluGateUpRowMatchesScalar) {
   SiluGateUpRowScalar(g.data(), u.data(), d, want.data());
   int simd = 0;
   for (Isa isa : AvailableIsas()) {
-    const auto row = SiluGateUpRowFor(isa);
+    const auto row = ActivationKernelsFor(isa).silu_gate_up_row;
     if (row == &SiluGateUpRowScalar) continue;
     ++simd;
     SCOPED_TRACE(IsaName(isa));
@@ -57,10 +56,10 @@ TEST(OpsActivations, EverySimdGatedSwishAndSwishMatchScalar) {
   const int64_t d = static_cast<int64_t>(g.size());
   const std::vector<float> v = test::Gaussian(g.size(), 21, 2.0f), vb = test::Gaussian(g.size(), 22, 0.5f),
                            gb = test::Gaussian(g.size(), 23, 0.5f);
-  const auto& scalar = SwishKernelsFor(Isa::kScalar);
+  const auto& scalar = ActivationKernelsFor(Isa::kScalar);
   int simd = 0;
   for (Isa isa : AvailableIsas()) {
-    const auto& k = SwishKernelsFor(isa);
+    const auto& k = ActivationKernelsFor(isa);
     if (k.swish == scalar.swish) continue;
     ++simd;
     SCOPED_TRACE(IsaName(isa));
@@ -94,7 +93,7 @@ TEST(OpsActivations, ScalarRowIsOpsSiluGateUp) {
 TEST(OpsActivations, RowsSplitOverThreadsEqualEachRowAlone) {
   const int64_t d = 8192 + 5;
   ThreadPool pool(3);
-  const auto row = SiluGateUpRowFor(ActiveIsa());
+  const auto row = ActivationKernelsFor(ActiveIsa()).silu_gate_up_row;
   for (int64_t n : {1, 2, 7, 33}) {
     SCOPED_TRACE(n);
     const std::vector<float> gu = test::Gaussian(static_cast<size_t>(n * 2 * d), 13 + n, 3.0f);

@@ -24,35 +24,24 @@ void SwishScalar(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 
-const SwishKernels& SwishKernelsFor(Isa isa) {
-  static const SwishKernels scalar{&GatedSwishRowScalar, &SwishScalar};
+const ActivationKernels& ActivationKernelsFor(Isa isa) {
+  static const ActivationKernels scalar{&SiluGateUpRowScalar, &GatedSwishRowScalar, &SwishScalar};
 #if defined(PHI4MM_BUILD_X86_KERNELS)
-  static const SwishKernels avx2{&GatedSwishRowAvx2, &SwishAvx2};
+  static const ActivationKernels avx2{&SiluGateUpRowAvx2, &GatedSwishRowAvx2, &SwishAvx2};
   if (FloatKernelIsa(isa) == Isa::kAvx2) return avx2;
 #endif
 #if defined(PHI4MM_BUILD_ARM_KERNELS)
-  static const SwishKernels neon{&GatedSwishRowNeon, &SwishNeon};
+  static const ActivationKernels neon{&SiluGateUpRowNeon, &GatedSwishRowNeon, &SwishNeon};
   if (FloatKernelIsa(isa) == Isa::kNeon) return neon;
 #endif
   (void)isa;
   return scalar;
 }
 
-SiluGateUpRowFn SiluGateUpRowFor(Isa isa) {
-#if defined(PHI4MM_BUILD_X86_KERNELS)
-  if (FloatKernelIsa(isa) == Isa::kAvx2) return &SiluGateUpRowAvx2;
-#endif
-#if defined(PHI4MM_BUILD_ARM_KERNELS)
-  if (FloatKernelIsa(isa) == Isa::kNeon) return &SiluGateUpRowNeon;
-#endif
-  (void)isa;
-  return &SiluGateUpRowScalar;
-}
-
 }  // namespace activation_internal
 
 void SiluGateUpRows(const float* gu, int64_t n, int64_t d, float* out, ThreadPool* pool) {
-  static const activation_internal::SiluGateUpRowFn row = activation_internal::SiluGateUpRowFor(ActiveIsa());
+  static const activation_internal::SiluGateUpRowFn row = activation_internal::ActivationKernelsFor(ActiveIsa()).silu_gate_up_row;
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) row(gu + i * 2 * d, gu + i * 2 * d + d, d, out + i * d);
   };

@@ -20,8 +20,6 @@ void SiluGateUpRows(const float* gu, int64_t n, int64_t d, float* out, ThreadPoo
 namespace activation_internal {
 // One row: out[j] = u[j] * g[j] / (1 + exp(-g[j])), j < d.
 using SiluGateUpRowFn = void (*)(const float* g, const float* u, int64_t d, float* out);
-// The table of `isa` (one in AvailableIsas()); scalar: SiluGateUpRowScalar.
-SiluGateUpRowFn SiluGateUpRowFor(Isa isa);
 // The scalar reference, the same expression as ops.h's SiluGateUp.
 void SiluGateUpRowScalar(const float* g, const float* u, int64_t d, float* out);
 // exp(-g) as exp_hwy-inl.h's Exp; the last d % 8 (d % 4) by the scalar row.
@@ -34,12 +32,13 @@ using GatedSwishRowFn = void (*)(const float* value, const float* gate, const fl
                                  float* out);
 // x[i] = swish(x[i]) for i < n.
 using SwishFn = void (*)(float* x, int64_t n);
-// The gated swish and swish of `isa` (one in AvailableIsas()); scalar: the two below.
-struct SwishKernels {
+// The three rows of `isa` (one in AvailableIsas()); scalar: the *Scalar functions.
+struct ActivationKernels {
+  SiluGateUpRowFn silu_gate_up_row;
   GatedSwishRowFn gated_swish_row;
   SwishFn swish;
 };
-const SwishKernels& SwishKernelsFor(Isa isa);
+const ActivationKernels& ActivationKernelsFor(Isa isa);
 // The scalar references (speech_ops.h's GatedSwish and SwishInPlace on the scalar ISA).
 void GatedSwishRowScalar(const float* value, const float* gate, const float* vb, const float* gb, int64_t d,
                          float* out);

@@ -1,6 +1,6 @@
-// The AVX2 copy of gated activation rows (activations_hwy-inl.h compiled for Highway's AVX2 target;
-// this file gets -mavx2 -mfma -mf16c -mbmi -mbmi2): reached through SiluGateUpRowFor and SwishKernelsFor on the avx2,
-// avxvnni and avx512 ISAs.
+// The AVX2 copy of the gated activation rows (activations_hwy-inl.h compiled for Highway's AVX2
+// target; this file gets -mavx2 -mfma -mf16c -mbmi -mbmi2): reached through ActivationKernelsFor
+// on the avx2, avxvnni and avx512 ISAs.
 #include "phi4mm/kernels/activations_hwy-inl.h"
 
 namespace phi4mm::activation_internal {

@@ -1,5 +1,5 @@
-// The NEON copy of gated activation rows (activations_hwy-inl.h compiled for Highway's NEON target,
-// the aarch64 baseline): reached through SiluGateUpRowFor and SwishKernelsFor on the neon and neondot ISAs.
+// The NEON copy of the gated activation rows (activations_hwy-inl.h compiled for Highway's NEON
+// target, the aarch64 baseline): reached through ActivationKernelsFor on the neon and neondot ISAs.
 #include "phi4mm/kernels/activations_hwy-inl.h"
 
 namespace phi4mm::activation_internal {

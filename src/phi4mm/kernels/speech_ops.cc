@@ -15,7 +15,7 @@
 namespace phi4mm {
 
 void SwishInPlace(float* x, int64_t n, ThreadPool* pool) {
-  static const activation_internal::SwishFn swish = activation_internal::SwishKernelsFor(ActiveIsa()).swish;
+  static const activation_internal::SwishFn swish = activation_internal::ActivationKernelsFor(ActiveIsa()).swish;
   // Pieces of 1024 floats: whole vectors of every table, so a value's result does not depend on
   // where the split falls (the scalar tail of a piece would round differently).
   constexpr int64_t kPiece = 1024;
@@ -35,7 +35,7 @@ void ReluInPlace(float* x, int64_t n) {
 void GatedSwish(const float* x, int64_t n, int64_t d, const float* value_bias, const float* gate_bias, float* out,
                 ThreadPool* pool) {
   static const activation_internal::GatedSwishRowFn row =
-      activation_internal::SwishKernelsFor(ActiveIsa()).gated_swish_row;
+      activation_internal::ActivationKernelsFor(ActiveIsa()).gated_swish_row;
   auto body = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) row(x + i * 2 * d, x + i * 2 * d + d, value_bias, gate_bias, d, out + i * d);
   };
