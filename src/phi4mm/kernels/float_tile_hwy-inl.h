@@ -16,7 +16,7 @@
 
 #include "phi4mm/kernels/half_hwy-inl.h"
 #include "phi4mm/kernels/quant_kernels.h"
-#include "phi4mm/kernels/tile_prefetch.h"
+#include "phi4mm/kernels/tile_common.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace phi4mm::HWY_NAMESPACE {
@@ -106,8 +106,7 @@ struct FloatTile {
         for (int s = 1; s < S; ++s) sum = hn::Add(sum, acc[r][i][s]);
         float y = hn::GetLane(hn::SumOfLanes(d, sum));
         for (int64_t k = k8; k < t.cols; ++k) y += L::At(t.w + r * t.w_stride, k) * x[i][k];
-        float& out = t.y[i * t.ldy + r];
-        out = t.accumulate ? out + y : y;
+        Store(t, r, i, y);
       }
   }
 };

@@ -1,5 +1,5 @@
-// Pieces shared by the NEON kernel files (quant_kernels_neon.cc, quant_kernels_neondot.cc): the
-// result store and the dispatch of a tile to its compile-time R x N shape. Everything here has
+// The piece shared by the NEON kernel files (quant_kernels_neon.cc, quant_kernels_neondot.cc) beside
+// tile_common.h: the dispatch of a tile to its compile-time R x N shape. Everything here has
 // internal linkage (an anonymous namespace), so each file compiled with its own -march flags keeps
 // its own copy and the linker can never hand the dot-product file's version to baseline code.
 // Include only from src/phi4mm/kernels/*_neon*.cc.
@@ -8,15 +8,11 @@
 #include <algorithm>
 
 #include "phi4mm/kernels/quant_kernels.h"
-#include "phi4mm/kernels/tile_prefetch.h"
+#include "phi4mm/kernels/tile_common.h"
 
 namespace phi4mm::neon {
 namespace {
 
-inline void Store(const TileArgs& t, int r, int i, float v) {
-  float& y = t.y[i * t.ldy + r];
-  y = t.accumulate ? y + v : v;
-}
 
 // Instantiates Impl::Run<R, N> for every nr, na in [1, 4]; more activation rows (up to
 // kMaxTileActs) run as successive tiles of at most 4.

@@ -6,15 +6,11 @@
 
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/quant.h"
+#include "phi4mm/kernels/tile_common.h"
 
 namespace phi4mm {
 
 namespace {
-
-void Store(const TileArgs& t, int r, int i, float v) {
-  float& y = t.y[i * t.ldy + r];
-  y = t.accumulate ? y + v : v;
-}
 
 float WeightAt(WeightFormat f, const uint8_t* row, int64_t k) {
   switch (f) {

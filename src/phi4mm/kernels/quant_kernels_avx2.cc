@@ -19,7 +19,7 @@
 #include "phi4mm/kernels/float_tile_hwy-inl.h"
 #include "phi4mm/kernels/quant.h"
 #include "phi4mm/kernels/quant_kernels.h"
-#include "phi4mm/kernels/tile_prefetch.h"
+#include "phi4mm/kernels/tile_common.h"
 
 namespace phi4mm {
 
@@ -27,10 +27,6 @@ namespace {
 
 using avx2::HSum;
 
-inline void Store(const TileArgs& t, int r, int i, float v) {
-  float& y = t.y[i * t.ldy + r];
-  y = t.accumulate ? y + v : v;
-}
 
 inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
 

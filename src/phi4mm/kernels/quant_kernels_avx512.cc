@@ -15,7 +15,7 @@
 
 #include "phi4mm/kernels/quant.h"
 #include "phi4mm/kernels/quant_kernels.h"
-#include "phi4mm/kernels/tile_prefetch.h"
+#include "phi4mm/kernels/tile_common.h"
 #include "phi4mm/kernels/vnni_ymm_tiles.h"
 
 namespace phi4mm {
@@ -316,7 +316,7 @@ MatMulKernels MakeAvx512() {
   // rows 4x8 93, 2x8 91, 3x4 85. Earlier, the four-block tile on the Zen 4 (TileShape, 1 thread,
   // 16384x3072, GMAC/s, two rounds): 256 rows 3x4 79 / 82, 4x4 81 / 80, 2x4 79 / 79, 4x3 73 / 75;
   // 8 rows 2x8 77 / 86, 4x4 70 / 80, 1x8 52 / 54. GEMV from memory (GemvCold, 2 threads, GB/s, three rounds, measured while
-  // tile_prefetch.h still prefetched into L1): 2 rows per tile 28-33 on 16384x3072, 1 row 29-32,
+  // the tile prefetch (tile_common.h) still went into L1): 2 rows per tile 28-33 on 16384x3072, 1 row 29-32,
   // 4 rows 23-27. With the prefetch into L2 (three alternating rounds, GB/s): 16384x3072 1 row
   // 24-34, 2 rows 26-31, 4 rows 29-33; 3072x8192 28-32 / 25-30 / 25-30: alike within this VM's
   // noise, so 2 stays. Only the short-row LoRA shape 16384x320 favoured 1 row (19-21 / 14-18 / 14-15).

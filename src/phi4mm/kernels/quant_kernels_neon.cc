@@ -24,7 +24,6 @@ namespace phi4mm {
 
 namespace {
 
-using neon::Store;
 using neon::Tile;
 
 inline float HalfToFloat(uint16_t h) {

@@ -1,7 +1,7 @@
-// The GEMV prefetch shared by the tile kernels of every table (AVX2, AVX-512, NEON). It has
-// internal linkage (an anonymous namespace), so each kernel file compiled with its own ISA flags
+// What the matmul tile kernels of every table (scalar, AVX2, AVX-512, NEON) share: the store of a
+// finished sum and the GEMV prefetch. It has internal linkage (an anonymous namespace), so each kernel file compiled with its own ISA flags
 // keeps its own copy and the linker can never hand an extended-ISA version to baseline code.
-// Include only from src/phi4mm/kernels/quant_kernels_*.cc and neon_tile.h.
+// Include only from src/phi4mm/kernels/quant_kernels*.cc and the tile headers they include.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,12 @@
 
 namespace phi4mm {
 namespace {
+
+// y[i][r] of the tile = v, or += v when the call accumulates.
+inline void Store(const TileArgs& t, int r, int i, float v) {
+  float& y = t.y[i * t.ldy + r];
+  y = t.accumulate ? y + v : v;
+}
 
 // GEMV streams each weight row once. A tile's R rows are contiguous, and so is the next tile
 // (the driver walks rows in order), but rows of a few KB are too short for the hardware stream

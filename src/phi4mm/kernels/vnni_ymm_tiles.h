@@ -21,7 +21,7 @@
 
 #include "phi4mm/kernels/quant.h"
 #include "phi4mm/kernels/quant_kernels.h"
-#include "phi4mm/kernels/tile_prefetch.h"
+#include "phi4mm/kernels/tile_common.h"
 
 #if !(defined(__AVX512VNNI__) && defined(__AVX512VL__)) && !defined(__AVXVNNI__)
 #error "vnni_ymm_tiles.h needs AVX-VNNI or AVX-512 VL/VNNI"
@@ -39,10 +39,6 @@ inline __m256i Dpbusd(__m256i acc, __m256i u, __m256i s) {
 #endif
 }
 
-inline void Store(const TileArgs& t, int r, int i, float v) {
-  float& y = t.y[i * t.ldy + r];
-  y = t.accumulate ? y + v : v;
-}
 
 inline float HSum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
