@@ -23,15 +23,16 @@ done
 
 threads=${THREADS:-2}
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(uname -m)  $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')  nproc=$(nproc)"
-echo "# $bin -m $model -c ${CTX:-8192} -b 2048 -ub 512 -npp ${NPP:-128} -ntg ${NTG:-32} -npl ${NPL:-1,4,8} -t $threads -lv 4 $*"
+# `-lv 4`: since 0.3.36 ggml's info lines (the weight buffers below) only print at llama.cpp's trace level.
+args=(-m "$model" -c "${CTX:-8192}" -b 2048 -ub 512 -npp "${NPP:-128}" -ntg "${NTG:-32}" -npl "${NPL:-1,4,8}"
+      -t "$threads" -lv 4 "$@")
+echo "# $bin ${args[*]}"
 # llama.cpp logs go to stderr and the table to stdout; print a few log lines (file type, weight
-# buffers: AMX / CPU_REPACK / CPU_Mapped, context) as "# " comments, then the table. `-lv 4`: since
-# 0.3.36 ggml's info lines only print at llama.cpp's trace level.
+# buffers: AMX / CPU_REPACK / CPU_Mapped, context) as "# " comments, then the table.
 # On failure, the end of the log.
 log=$(mktemp) out=$(mktemp)
 trap 'rm -f "$log" "$out"' EXIT
-if ! "$bin" -m "$model" -c "${CTX:-8192}" -b 2048 -ub 512 \
-    -npp "${NPP:-128}" -ntg "${NTG:-32}" -npl "${NPL:-1,4,8}" -t "$threads" -lv 4 "$@" >"$out" 2>"$log"; then
+if ! "$bin" "${args[@]}" >"$out" 2>"$log"; then
   tail -n 40 "$log" >&2
   echo "$0: llama-batched-bench failed" >&2
   exit 1

@@ -308,10 +308,10 @@ MatMulKernels MakeAvxVnniTable(const char* name) {
   // GMAC/s, each shape in its own process, five alternating rounds at 256 rows and three at 8):
   // 256 rows 2x3 61-79, 3x3 67-85, 4x2 67-92 (medians 77, 73, 73); 8 rows 2x4 58-93, 3x4 65-99,
   // 4x2 55-79, 2x8 60-76. No shape stands out of that VM's noise, so these stay. The EVEX copy on
-  // a Zen 4 EPYC (TileShape, 1 thread, 16384x3072, GMAC/s, two rounds; the four-block folded tile it replaced in
-  // brackets, at its shapes chosen on the Xeon): 256 rows 2x3 112 / 116 (3x3 74 / 74), 3x2 123 /
-  // 126, 2x2 92 / 92; 8 rows 2x4 88 / 86 (2x8 85 / 85), 2x3 76 / 78. On the Xeon the folded tile
-  // measured 3x3 51 / 42 / 50 at 256 rows and 2x8 54 / 70 / 71 at 8 rows.
+  // a Zen 4 EPYC (TileShape, 1 thread, 16384x3072, GMAC/s, two rounds; the four-block folded tile
+  // it replaced in brackets, at its shapes chosen on the Xeon): 256 rows 2x3 112 / 116 (3x3 74 /
+  // 74), 3x2 123 / 126, 2x2 92 / 92; 8 rows 2x4 88 / 86 (2x8 85 / 85), 2x3 76 / 78. On the Xeon the
+  // folded tile measured 3x3 51 / 42 / 50 at 256 rows and 2x8 54 / 70 / 71 at 8 rows.
   k.shape[static_cast<int>(WeightFormat::kQ8_0)] = {2, 2, 3, 2, 4};
   return k;
 }
