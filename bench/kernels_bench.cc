@@ -24,6 +24,7 @@
 #include "phi4mm/base/half.h"
 #include "phi4mm/base/huge_pages.h"
 #include "phi4mm/kernels/weight_matrix.h"
+#include "phi4mm/models/lora_linear.h"
 
 namespace phi4mm {
 namespace {
@@ -168,59 +169,65 @@ BENCHMARK(BM_GemvCold)
     ->Unit(benchmark::kMillisecond);
 
 // One decoder layer of a 4-row batched decode step with both LoRA adapters present (rows: text,
-// vision, speech, text), from memory: the four projections' Q4_K base products over 4 rows, each
-// followed by the vision (rank 256) and speech (rank 320) A and B passes over their row, as
-// LoraLinear runs them. Arg: 0 the base products only (a text-only batch), 1 with the adapters in
-// Q8_0 (their format under q4), 2 with the adapters in Q4_K.
+// vision, speech, text), from memory: the four projections' Q4_K base products over 4 rows, and
+// the vision (rank 256) and speech (rank 320) A and B passes over their row. Arg: 0 the base
+// products only (a text-only batch); 1 and 2 with the adapters in Q8_0 / Q4_K, each pass its own
+// product (one pool loop per pass); 3 with the Q4_K adapters through LoraLinear::Forward, as the
+// decoder runs them (the A passes in one loop, the base product and the B passes in another).
 void BM_LoraLayerCold(benchmark::State& state) {
   const int variant = static_cast<int>(state.range(0));
-  const WeightFormat adapter_format = variant == 2 ? WeightFormat::kQ4K : WeightFormat::kQ8_0;
+  const WeightFormat adapter_format = variant == 1 ? WeightFormat::kQ8_0 : WeightFormat::kQ4K;
   const int64_t shapes[][2] = {{5120, 3072}, {3072, 3072}, {16384, 3072}, {3072, 8192}};
   const int64_t ranks[] = {256, 320};
-  struct Proj {
-    WeightMatrix base, a[2], b[2];
-  };
   // Copies of the layer (57 MB of base, 19-28 MB of adapters) so that the step streams from memory.
-  static std::map<int, std::vector<std::vector<Proj>>> all_layers;
-  std::vector<std::vector<Proj>>& layers = all_layers[static_cast<int>(adapter_format)];
+  static std::map<int, std::vector<std::vector<LoraLinear>>> all_layers;
+  std::vector<std::vector<LoraLinear>>& layers = all_layers[static_cast<int>(adapter_format)];
   while (layers.size() < 6) {
-    std::vector<Proj> layer;
+    std::vector<LoraLinear> layer;
     for (const auto& s : shapes) {
-      Proj p;
-      p.base = ColdCopy(Weights(s[0], s[1], WeightFormat::kQ4K));
+      LoraAdapter ad[2];
       for (int j = 0; j < 2; ++j) {
-        p.a[j] = ColdCopy(Weights(ranks[j], s[1], adapter_format));
-        p.b[j] = ColdCopy(Weights(s[0], ranks[j], adapter_format));
+        ad[j].a = ColdCopy(Weights(ranks[j], s[1], adapter_format));
+        ad[j].b = ColdCopy(Weights(s[0], ranks[j], adapter_format));
+        ad[j].scale = 2.0f;
       }
-      layer.push_back(std::move(p));
+      layer.emplace_back(ColdCopy(Weights(s[0], s[1], WeightFormat::kQ4K)), ad[0], ad[1]);
     }
     layers.push_back(std::move(layer));
   }
   const int64_t n = 4, row_of[2] = {1, 2};
+  const LoraMode mode_of[2] = {LoraMode::kVision, LoraMode::kSpeech};
+  const LoraSegment segments[] = {{1, 2, LoraMode::kVision}, {2, 3, LoraMode::kSpeech}};
   const std::vector<float> x = Activations(n, 8192);
   std::vector<float> y(static_cast<size_t>(n * 16384)), t(320);
   size_t next = 0;
   for (auto _ : state) {
-    for (const Proj& p : layers[next]) {
-      p.base.MatMulWith(Kernels(), x.data(), n, y.data(), &Pool());
+    for (const LoraLinear& p : layers[next]) {
+      if (variant == 3) {
+        p.Forward(x.data(), n, y.data(), segments, &Pool(), &t);
+        continue;
+      }
+      p.base().MatMulWith(Kernels(), x.data(), n, y.data(), &Pool());
       for (int j = 0; j < 2 && variant != 0; ++j) {
-        p.a[j].MatMulWith(Kernels(), x.data() + row_of[j] * p.base.cols(), 1, t.data(), &Pool());
-        p.b[j].MatMulWith(Kernels(), t.data(), 1, y.data() + row_of[j] * p.base.rows(), &Pool(), true);
+        const LoraAdapter& ad = *p.adapter(mode_of[j]);
+        ad.a.MatMulWith(Kernels(), x.data() + row_of[j] * p.in_features(), 1, t.data(), &Pool());
+        ad.b.MatMulWith(Kernels(), t.data(), 1, y.data() + row_of[j] * p.out_features(), &Pool(), true);
       }
     }
     next = (next + 1) % layers.size();
     benchmark::DoNotOptimize(y.data());
   }
   size_t bytes = 0;
-  for (const Proj& p : layers[0]) {
-    bytes += p.base.bytes();
-    for (int j = 0; j < 2 && variant != 0; ++j) bytes += p.a[j].bytes() + p.b[j].bytes();
+  for (const LoraLinear& p : layers[0]) {
+    bytes += p.base().bytes();
+    for (int j = 0; j < 2 && variant != 0; ++j) bytes += p.adapter(mode_of[j])->a.bytes() + p.adapter(mode_of[j])->b.bytes();
   }
-  state.SetLabel(std::string(variant == 0 ? "base only" : WeightFormatName(adapter_format)) + " " + Kernels().name);
+  const char* what[] = {"base only", "q8_0 per pass", "q4_k per pass", "q4_k LoraLinear"};
+  state.SetLabel(std::string(what[variant]) + " " + Kernels().name);
   state.counters["MB"] = static_cast<double>(bytes) / 1e6;
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_LoraLayerCold)->Name("LoraLayerCold")->DenseRange(0, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LoraLayerCold)->Name("LoraLayerCold")->DenseRange(0, 3)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One tile shape against another on the same matrix (args: format, rows, cols, n, R, N): the
 // chosen table with its preferred shape replaced, for choosing TileShape values.
