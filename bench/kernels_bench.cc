@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <span>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -169,11 +170,10 @@ BENCHMARK(BM_GemvCold)
     ->Unit(benchmark::kMillisecond);
 
 // One decoder layer of a 4-row batched decode step with both LoRA adapters present (rows: text,
-// vision, speech, text), from memory: the four projections' Q4_K base products over 4 rows, and
-// the vision (rank 256) and speech (rank 320) A and B passes over their row. Arg: 0 the base
-// products only (a text-only batch); 1 and 2 with the adapters in Q8_0 / Q4_K, each pass its own
-// product (one pool loop per pass); 3 with the Q4_K adapters through LoraLinear::Forward, as the
-// decoder runs them (the A passes in one loop, the base product and the B passes in another).
+// vision, speech, text), from memory: the four projections through LoraLinear::Forward as the
+// decoder runs them (the Q4_K base product over 4 rows, then the vision (rank 256) and speech
+// (rank 320) A and B passes over their row). Arg: 0 the base products only (a text-only batch),
+// 1 with the adapters in Q8_0 (their format under q4m), 2 in Q4_K (under q4).
 void BM_LoraLayerCold(benchmark::State& state) {
   const int variant = static_cast<int>(state.range(0));
   const WeightFormat adapter_format = variant == 1 ? WeightFormat::kQ8_0 : WeightFormat::kQ4K;
@@ -195,39 +195,27 @@ void BM_LoraLayerCold(benchmark::State& state) {
     }
     layers.push_back(std::move(layer));
   }
-  const int64_t n = 4, row_of[2] = {1, 2};
-  const LoraMode mode_of[2] = {LoraMode::kVision, LoraMode::kSpeech};
-  const LoraSegment segments[] = {{1, 2, LoraMode::kVision}, {2, 3, LoraMode::kSpeech}};
+  const int64_t n = 4;
+  const LoraSegment mixed[] = {{1, 2, LoraMode::kVision}, {2, 3, LoraMode::kSpeech}};
+  const std::span<const LoraSegment> segments = variant == 0 ? std::span<const LoraSegment>() : std::span(mixed);
   const std::vector<float> x = Activations(n, 8192);
-  std::vector<float> y(static_cast<size_t>(n * 16384)), t(320);
+  std::vector<float> y(static_cast<size_t>(n * 16384)), scratch;
   size_t next = 0;
   for (auto _ : state) {
-    for (const LoraLinear& p : layers[next]) {
-      if (variant == 3) {
-        p.Forward(x.data(), n, y.data(), segments, &Pool(), &t);
-        continue;
-      }
-      p.base().MatMulWith(Kernels(), x.data(), n, y.data(), &Pool());
-      for (int j = 0; j < 2 && variant != 0; ++j) {
-        const LoraAdapter& ad = *p.adapter(mode_of[j]);
-        ad.a.MatMulWith(Kernels(), x.data() + row_of[j] * p.in_features(), 1, t.data(), &Pool());
-        ad.b.MatMulWith(Kernels(), t.data(), 1, y.data() + row_of[j] * p.out_features(), &Pool(), true);
-      }
-    }
+    for (const LoraLinear& p : layers[next]) p.Forward(x.data(), n, y.data(), segments, &Pool(), &scratch);
     next = (next + 1) % layers.size();
     benchmark::DoNotOptimize(y.data());
   }
   size_t bytes = 0;
   for (const LoraLinear& p : layers[0]) {
     bytes += p.base().bytes();
-    for (int j = 0; j < 2 && variant != 0; ++j) bytes += p.adapter(mode_of[j])->a.bytes() + p.adapter(mode_of[j])->b.bytes();
+    for (const LoraSegment& seg : segments) bytes += p.adapter(seg.mode)->a.bytes() + p.adapter(seg.mode)->b.bytes();
   }
-  const char* what[] = {"base only", "q8_0 per pass", "q4_k per pass", "q4_k LoraLinear"};
-  state.SetLabel(std::string(what[variant]) + " " + Kernels().name);
+  state.SetLabel(std::string(variant == 0 ? "base only" : WeightFormatName(adapter_format)) + " " + ActiveKernels().name);
   state.counters["MB"] = static_cast<double>(bytes) / 1e6;
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_LoraLayerCold)->Name("LoraLayerCold")->DenseRange(0, 3)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LoraLayerCold)->Name("LoraLayerCold")->DenseRange(0, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One tile shape against another on the same matrix (args: format, rows, cols, n, R, N): the
 // chosen table with its preferred shape replaced, for choosing TileShape values.

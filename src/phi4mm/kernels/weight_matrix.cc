@@ -1,6 +1,7 @@
-// WeightMatrix storage, conversion between formats, and the matmul driver: a MatMulPlan
-// (activation rows quantized once per call for the block formats) whose output rows are split over
-// the pool in whole tiles.
+// WeightMatrix storage, conversion between formats, and the matmul driver: activation rows are
+// quantized once per call (block formats), output rows are split over the pool in whole tiles,
+// and each thread walks its rows in tiles of R weight rows x N activation rows, in chunks of
+// activation rows small enough to stay in L2 while the weight rows stream past once per chunk.
 // Owned buffers (converted or quantized weights) of 2 MiB and more sit on transparent huge pages.
 #include "phi4mm/kernels/weight_matrix.h"
 
@@ -10,7 +11,6 @@
 #include "phi4mm/base/file_map.h"
 #include "phi4mm/base/half.h"
 #include "phi4mm/base/huge_pages.h"
-#include "phi4mm/kernels/matmul_plan.h"
 #include "phi4mm/kernels/quant.h"
 
 namespace phi4mm {
@@ -179,22 +179,6 @@ Result<WeightMatrix> WeightMatrix::Quantize(WeightFormat target, ThreadPool* poo
   return q;
 }
 
-Result<WeightMatrix> WeightMatrix::LeadingColumns(int64_t cols) const {
-  const int64_t block = format_ == WeightFormat::kQ4K ? kQ4KBlock : format_ == WeightFormat::kQ8_0 ? kQ8Block : 1;
-  if (layout_ != WeightLayout::kRows || cols <= 0 || cols > cols_ || cols % block != 0)
-    return InvalidArgument("LeadingColumns: " + std::to_string(cols) + " of " + std::to_string(cols_) +
-                           " columns are not a whole number of " + WeightFormatName(format_) + " blocks in row layout");
-  WeightMatrix m = *this;
-  m.cols_ = cols;
-  m.row_bytes_ = RowBytesOf(format_, cols);
-  m.owned_ = AllocateHugeAligned(m.bytes());
-  m.data_ = m.owned_.get();
-  for (int64_t r = 0; r < rows_; ++r)
-    std::memcpy(m.owned_.get() + static_cast<size_t>(r) * m.row_bytes_, data() + static_cast<size_t>(r) * row_bytes_,
-                m.row_bytes_);
-  return m;
-}
-
 Result<WeightMatrix> WeightMatrix::ConvertedTo(std::optional<WeightFormat> target, ThreadPool* pool) const {
   if (!target) return *this;
   return Quantize(*target, pool);
@@ -260,16 +244,87 @@ void WeightMatrix::MatMul(const float* x, int64_t n, float* y, ThreadPool* pool,
 void WeightMatrix::MatMulWith(const MatMulKernels& k, const float* x, int64_t n, float* y, ThreadPool* pool,
                               bool accumulate) const {
   if (rows_ == 0 || n == 0) return;
-  // The quantized activations' buffer is per calling thread; workers only read it while this call
-  // waits for them.
-  thread_local std::vector<uint8_t> buffer;
-  const MatMulPlan plan(*this, k, x, n, y, accumulate, &buffer, pool);
-  const int64_t R = plan.tile_rows();
-  if (pool == nullptr) {
-    plan.RunRows(0, rows_);
+  const int fi = static_cast<int>(format_);
+  if (k.layout[fi] != layout_) {
+    // A table whose tile reads another layout (tests and benchmarks comparing tables): repack a
+    // copy for this call. Model weights are loaded in the active table's layout (ForKernels).
+    // (It cannot fail: a table names another layout than kRows only for a format that has it.)
+    auto m = WithLayout(k.layout[fi], pool);
+    if (m.ok()) m->MatMulWith(k, x, n, y, pool, accumulate);
     return;
   }
-  pool->ParallelFor(CeilDiv(rows_, R), [&](int64_t g0, int64_t g1) { plan.RunRows(g0 * R, g1 * R); }, plan.grain());
+  const TileFn tile = k.tile[fi];
+  const TileShape shape = k.shape[fi];
+  // A batched decode step's few rows all meet each weight tile in one pass (the batch shape); a
+  // prefill chunk walks them in GEMM tiles.
+  const bool batch = n > 1 && n <= kSmallBatch;
+  const int64_t R = n == 1 ? shape.gemv_r : batch ? shape.batch_r : shape.gemm_r;
+  const int64_t N = n == 1 ? 1 : batch ? shape.batch_n : shape.gemm_n;
+
+  // Activations: float rows as given, or int8 blocks quantized here once for all threads.
+  // The buffer is per calling thread; workers only read it while this call waits for them.
+  // A table whose Q8_0 or Q4_K tile has its own activation layout (pack_a8, pack_a8k) gets each
+  // quantized row repacked into `packed`.
+  thread_local std::vector<uint8_t> act, packed;
+  const uint8_t* a = reinterpret_cast<const uint8_t*>(x);
+  size_t a_stride = static_cast<size_t>(cols_) * sizeof(float);
+  if (IsBlockFormat(format_)) {
+    const bool q4 = format_ == WeightFormat::kQ4K;
+    a_stride = q4 ? A8KRowBytes(cols_) : A8RowBytes(cols_);
+    const QuantizeRowFn quantize = q4 ? k.quantize_a8k : k.quantize_a8;
+    const auto pack_fn = q4 ? k.pack_a8k : k.pack_a8;
+    const bool pack = pack_fn != nullptr;
+    const size_t p_stride = pack ? (q4 ? k.packed_a8k_row_bytes : k.packed_a8_row_bytes)(cols_) : 0;
+    if (act.size() < static_cast<size_t>(n) * a_stride) act.resize(static_cast<size_t>(n) * a_stride);
+    // The packed buffer starts on a cache line (the AVX-512 layouts are whole lines per row).
+    if (packed.size() < static_cast<size_t>(n) * p_stride + 64) packed.resize(static_cast<size_t>(n) * p_stride + 64);
+    uint8_t* buf = act.data();
+    uint8_t* pbuf = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
+    auto quant = [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        quantize(x + i * cols_, cols_, buf + i * a_stride);
+        if (pack) pack_fn(buf + i * a_stride, cols_, pbuf + i * p_stride);
+      }
+    };
+    if (pool != nullptr && n >= 32) pool->ParallelFor(n, quant, 16);
+    else quant(0, n);
+    a = pack ? pbuf : buf;
+    if (pack) a_stride = p_stride;
+  }
+
+  // Activation rows per chunk: ~200 KB of int8 blocks or ~400 KB of floats at the decoder's widths.
+  const int64_t chunk = IsBlockFormat(format_) ? 64 : 32;
+  const int64_t groups = CeilDiv(rows_, R);
+  auto body = [&](int64_t g0, int64_t g1) {
+    const int64_t r_begin = g0 * R, r_end = std::min(rows_, g1 * R);
+    TileArgs t;
+    t.w_stride = row_bytes_;
+    t.a_stride = a_stride;
+    t.cols = cols_;
+    t.ldy = rows_;
+    t.accumulate = accumulate;
+    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+      const int64_t i1 = std::min(n, i0 + chunk);
+      for (int64_t r = r_begin; r < r_end; r += R) {
+        t.nr = static_cast<int>(std::min(R, r_end - r));
+        t.w = data() + static_cast<size_t>(r) * row_bytes_;
+        for (int64_t i = i0; i < i1; i += N) {
+          t.na = static_cast<int>(std::min(N, i1 - i));
+          t.prefetch = i == i0 && n <= kSmallBatch;
+          t.a = a + static_cast<size_t>(i) * a_stride;
+          t.y = y + i * rows_ + r;
+          tile(t);
+        }
+      }
+    }
+  };
+  if (pool == nullptr) {
+    body(0, groups);
+  } else {
+    // Enough work per thread to be worth waking it: ~64k multiply-adds.
+    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, R * cols_ * n));
+    pool->ParallelFor(groups, body, grain);
+  }
 }
 
 }  // namespace phi4mm

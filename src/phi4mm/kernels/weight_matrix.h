@@ -55,9 +55,6 @@ class WeightMatrix {
   Result<WeightMatrix> Quantize(WeightFormat target, ThreadPool* pool = nullptr) const;
   // Quantize(*target) when `target` is set, else this matrix.
   Result<WeightMatrix> ConvertedTo(std::optional<WeightFormat> target, ThreadPool* pool = nullptr) const;
-  // An owned copy of the first `cols` columns, which must end on a block boundary of the format
-  // (the bytes copied, nothing re-quantized); row layout only.
-  Result<WeightMatrix> LeadingColumns(int64_t cols) const;
   // The same values with rows in `layout` (an owned copy; this matrix when it already is): what a
   // kernel table's tile reads (MatMulKernels::layout). kRows is every format's; kQ8Groups is
   // Q8_0's only (InvalidArgument for another format). Quantize always writes kRows. With

@@ -143,7 +143,7 @@ size_t Decoder::weight_bytes(bool include_lora) const {
       b += l->base().bytes();
       if (include_lora)
         for (LoraMode m : {LoraMode::kVision, LoraMode::kSpeech})
-          if (const LoraAdapter* a = l->adapter(m)) b += a->bytes();
+          if (const LoraAdapter* a = l->adapter(m)) b += a->a.bytes() + a->b.bytes();
     }
     b += (L.input_norm.size() + L.post_attn_norm.size()) * sizeof(float);
   }

@@ -24,27 +24,9 @@ struct LoraSegment {
 
 struct LoraAdapter {
   WeightMatrix a;  // [r, in]
-  WeightMatrix b;  // [out, r], or [out, r - tail] when b_tail holds B's last columns
-  // Q4_K stores 256 values a block, so a rank that is not a multiple of 256 pads every row of B to
-  // whole blocks: the speech adapter's 320 = 256 + 64 would store 512 (three eighths of its B, 95 MB
-  // of a mixed step's reads on the real model, zeros). Under Q4_K the last `tail` (<= 128) columns
-  // of `pack` = 256 / tail consecutive rows of B share one row of b_tail [ceil(out / pack), 256]:
-  // row o's tail sits at columns [(o % pack) * tail, + tail) of row o / pack. The product runs
-  // b_tail against `pack` activation rows per low-rank row, each the row's tail at one of those
-  // slots and zeros elsewhere, and adds the diagonal. The zeros add nothing (Q4_K's min terms
-  // included), so it computes what the padded rows did; only the tail's Q4_K scales are shared by
-  // the `pack` rows (quantized from the padded rows' values, so a pre-quantized checkpoint loads to
-  // the same bytes).
-  WeightMatrix b_tail;
-  int64_t tail = 0, pack = 1;
+  WeightMatrix b;  // [out, r]
   float scale = 1.0f;
-  size_t bytes() const { return a.bytes() + b.bytes() + b_tail.bytes(); }
 };
-
-// Moves the last r % 256 columns of a Q4_K B [out, r] into ad->b_tail when there are at most 128 of
-// them (Load does it to every adapter; nothing to do otherwise). The tail values are those the
-// padded rows hold, re-quantized in their packed rows.
-Status PackQ4KTail(LoraAdapter* ad, ThreadPool* pool = nullptr);
 
 class LoraLinear {
  public:
@@ -76,10 +58,7 @@ class LoraLinear {
   // adapter's bytes are read once per step whatever the number of its rows. Segments must not
   // overlap; rows outside every segment get the base product only. Each row's result equals
   // Forward on that row alone to 1e-5 of the scale (bit for bit where the kernel table's batch and
-  // GEMV tiles reduce a row alike: all but AVX2's Q4_K). The passes share two pool loops
-  // (MatMulPlan): every segment's A pass in one, then the base product with every segment's B pass
-  // over the same output rows in the other, so a mixed batch pays no pool hand-off, thread split
-  // or load imbalance per pass and streams B beside the base rows.
+  // GEMV tiles reduce a row alike: all but AVX2's Q4_K).
   void Forward(const float* x, int64_t n, float* y, std::span<const LoraSegment> segments, ThreadPool* pool,
                std::vector<float>* scratch) const;
 
