@@ -17,8 +17,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <span>
 #include <memory>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -173,7 +173,8 @@ BENCHMARK(BM_GemvCold)
 // vision, speech, text), from memory: the four projections through LoraLinear::Forward as the
 // decoder runs them (the Q4_K base product over 4 rows, then the vision (rank 256) and speech
 // (rank 320) A and B passes over their row). Arg: 0 the base products only (a text-only batch),
-// 1 with the adapters in Q8_0 (their format under q4m), 2 in Q4_K (under q4).
+// 1 with the adapters in Q8_0 (their format under q4m), 2 in Q4_K (under q4). It runs on the active
+// kernel table (PHI4MM_ISA picks it; PHI4MM_BENCH_KERNELS does not apply here).
 void BM_LoraLayerCold(benchmark::State& state) {
   const int variant = static_cast<int>(state.range(0));
   const WeightFormat adapter_format = variant == 1 ? WeightFormat::kQ8_0 : WeightFormat::kQ4K;
@@ -182,16 +183,20 @@ void BM_LoraLayerCold(benchmark::State& state) {
   // Copies of the layer (57 MB of base, 19-28 MB of adapters) so that the step streams from memory.
   static std::map<int, std::vector<std::vector<LoraLinear>>> all_layers;
   std::vector<std::vector<LoraLinear>>& layers = all_layers[static_cast<int>(adapter_format)];
+  // A cold copy in the active table's layout (Weights() gives PHI4MM_BENCH_KERNELS's).
+  auto cold = [](int64_t rows, int64_t cols, WeightFormat f) {
+    return *ColdCopy(Weights(rows, cols, f)).ForKernels(ActiveKernels(), &Pool());
+  };
   while (layers.size() < 6) {
     std::vector<LoraLinear> layer;
     for (const auto& s : shapes) {
       LoraAdapter ad[2];
       for (int j = 0; j < 2; ++j) {
-        ad[j].a = ColdCopy(Weights(ranks[j], s[1], adapter_format));
-        ad[j].b = ColdCopy(Weights(s[0], ranks[j], adapter_format));
+        ad[j].a = cold(ranks[j], s[1], adapter_format);
+        ad[j].b = cold(s[0], ranks[j], adapter_format);
         ad[j].scale = 2.0f;
       }
-      layer.emplace_back(ColdCopy(Weights(s[0], s[1], WeightFormat::kQ4K)), ad[0], ad[1]);
+      layer.emplace_back(cold(s[0], s[1], WeightFormat::kQ4K), ad[0], ad[1]);
     }
     layers.push_back(std::move(layer));
   }
