@@ -80,7 +80,7 @@ TEST(LoraLinear, SegmentsGiveEachRowItsOwnResult) {
     }
     // The int8 activations (per-block absmax / 127, ~3 sigma over 256 Gaussian values) err by
     // ~0.7% of an output's sigma per product, and the base and low-rank products both do: ~2% of
-    // the row's largest output at the worst of 301. A wrong row, slot or stride errs by 100%.
+    // the row's largest output at the worst of 301. A wrong row, segment or stride errs by 100%.
     EXPECT_LE(test::MaxAbsDiff(alone, want), 0.02 * test::MaxAbs(want));
   }
 }
