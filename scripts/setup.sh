@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
       libhwy-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
       libgtest-dev libgmock-dev libbenchmark-dev
-      libcpp-httplib-dev libstb-dev libsndfile1-dev libsoxr-dev libwebp-dev libjpeg62-turbo-dev
+      libcpp-httplib-dev libboost-dev libstb-dev libsndfile1-dev libsoxr-dev libwebp-dev libjpeg62-turbo-dev
       libonnx-dev libprotobuf-dev
       clang libclang-rt-14-dev)
 missing=()

@@ -87,7 +87,6 @@ TEST(ServerLoad, MixedConcurrentClientsGetTheirSoloAnswers) {
   // HTTP threads as `phi4mm serve` sizes them (max_running + max_queue + 8), and caches small enough
   // to reach their limits in the first round, so that heap growth after it would be a leak.
   server::ServerOptions so;
-  so.http_threads = 8 + 32 + 8;
   EngineOptions eo;
   eo.prefix_cache_bytes = int64_t{8} << 20;
   eo.media_cache_bytes = int64_t{8} << 20;

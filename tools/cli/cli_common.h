@@ -93,12 +93,15 @@ struct ServeFlags {
   int port = 8080;
   std::vector<std::string> api_keys;
   std::string api_key_file, alias, media_dir;
-  int64_t max_running = 8, max_queue = 32, prefill_chunk = 128;
+  int64_t max_running = 8, max_queue = 256, prefill_chunk = 128;
   double kv_budget_gb = 0;
   int64_t max_body_mb = 32, max_media_mb = 20, max_images = 8, max_audios = 4;
   int64_t max_image_pixels = 4096 * 4096, max_audio_seconds = 600;
   int64_t dynamic_hd = 0, max_dynamic_hd = 0, default_max_tokens = 2048;
   double request_timeout = 1800, drain_seconds = 30, sse_ping_seconds = 5;
+  int64_t max_connections = 1024, max_connections_per_client = 256, http_workers = 4;
+  double header_timeout = 10, body_timeout = 120, idle_timeout = 60;
+  int64_t media_budget_mb = 2048;
   bool metrics_public = false;
   bool lazy_towers = false;
   void Register(CLI::App* app);

@@ -1,10 +1,18 @@
 // `phi4mm serve`: the OpenAI-compatible HTTP server (tools/server) over the batched engine. Binds
-// first (so /health answers 503 "Loading model" while the checkpoint loads), prints
-// "listening on http://HOST:PORT", loads (the vision and speech towers too, unless --lazy-towers),
-// opens the API, then waits for SIGTERM/SIGINT: stop
-// admitting, let running answers finish for --drain-seconds, cancel the rest, exit 0.
+// first (so /health answers 503 "Loading model" while the checkpoint loads; a port in use is an
+// error at once), prints "listening on http://HOST:PORT", loads (the vision and speech towers too,
+// unless --lazy-towers), opens the API, then waits for SIGTERM/SIGINT: stop admitting, let running
+// answers finish for --drain-seconds, cancel the rest, exit 0. A signal during loading exits at
+// once (128 + the signal); a failed start exits 1 with the error.
+#include <pthread.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <mutex>
+#include <thread>
 #include <fstream>
 #include <filesystem>
 
@@ -17,13 +25,15 @@ void ServeFlags::Register(CLI::App* app) {
   model.Register(app);
   app->add_option("--host", host, "Address to listen on (loopback by default; put a reverse proxy in front to expose it)")
       ->capture_default_str();
-  app->add_option("--port", port, "Port; 0 picks a free one (printed)")->capture_default_str();
+  app->add_option("--port", port, "Port; 0 picks a free one (printed)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   app->add_option("--api-key", api_keys, "Require Authorization: Bearer KEY (repeatable; prefer --api-key-file or "
                                          "PHI4MM_API_KEY, which stay out of the process list)");
   app->add_option("--api-key-file", api_key_file, "File with one API key per line");
   app->add_option("--alias", alias, "Model name served in /v1/models and answers (default: the folder's name)");
   app->add_option("--max-running", max_running, "Sequences decoded together")->capture_default_str();
-  app->add_option("--max-queue", max_queue, "Requests waiting for admission before 429")->capture_default_str();
+  app->add_option("--max-queue", max_queue, "Requests waiting for the engine before 429")->capture_default_str();
   app->add_option("--kv-budget-gb", kv_budget_gb, "KV-cache budget in GiB; 0 = half the available memory")
       ->capture_default_str();
   app->add_option("--prefill-chunk", prefill_chunk, "Prompt rows per engine step")->capture_default_str();
@@ -54,6 +64,22 @@ void ServeFlags::Register(CLI::App* app) {
   app->add_option("--sse-ping-seconds", sse_ping_seconds, "Keep-alive interval while an answer is silent")
       ->capture_default_str();
   app->add_flag("--metrics-public", metrics_public, "Serve /metrics without the API key");
+  app->add_option("--max-connections", max_connections,
+                  "Open connections in all (when full, the oldest one still waiting for a request is closed)")
+      ->capture_default_str();
+  app->add_option("--max-connections-per-client", max_connections_per_client, "Open connections per client address")
+      ->capture_default_str();
+  app->add_option("--header-timeout", header_timeout, "Seconds a request's line and headers may take to arrive")
+      ->capture_default_str();
+  app->add_option("--body-timeout", body_timeout, "Seconds a request body may take to arrive")->capture_default_str();
+  app->add_option("--idle-timeout", idle_timeout, "Seconds an idle keep-alive connection stays open")
+      ->capture_default_str();
+  app->add_option("--http-workers", http_workers,
+                  "Threads that parse requests and decode their media (the model runs on its own thread)")
+      ->capture_default_str();
+  app->add_option("--media-budget-mb", media_budget_mb,
+                  "Decoded images and audio held by requests the engine has not encoded yet; more waits")
+      ->capture_default_str();
 }
 
 namespace {
@@ -76,10 +102,80 @@ Result<std::vector<std::string>> ApiKeys(const ServeFlags& f) {
 
 }  // namespace
 
+namespace {
+
+// SIGTERM and SIGINT, caught by a thread of their own from the start: during loading they end the
+// process at once (there is nothing to drain); once serving, they start the drain.
+class Signals {
+ public:
+  Signals() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGINT);
+    // Every thread started from here inherits the mask, so only the waiter below takes them.
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::thread([this] {
+      int sig = 0;
+      while (sigwait(&set_, &sig) == 0) {
+        std::unique_lock<std::mutex> l(mu_);
+        if (stopping_) return;  // the process is ending on its own
+        if (!serving_) {
+          std::fprintf(stderr, "[phi4mm] %s while loading: exiting\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+          std::fflush(stderr);
+          std::_Exit(128 + sig);
+        }
+        signal_ = sig;
+        cv_.notify_all();
+        return;
+      }
+    });
+  }
+  ~Signals() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stopping_ = true;
+    }
+    if (signal_ == 0) pthread_kill(thread_.native_handle(), SIGTERM);  // wakes the sigwait
+    thread_.join();
+  }
+  // From now on a signal drains instead of exiting.
+  void Serving() {
+    std::lock_guard<std::mutex> l(mu_);
+    serving_ = true;
+  }
+  int Wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return signal_ != 0; });
+    return signal_;
+  }
+
+ private:
+  sigset_t set_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool serving_ = false, stopping_ = false;
+  int signal_ = 0;
+  std::thread thread_;
+};
+
+// Enough descriptors for --max-connections (the soft limit is often 1024).
+void RaiseDescriptorLimit(int64_t connections) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  const rlim_t want = static_cast<rlim_t>(connections + 256);
+  if (rl.rlim_cur >= want) return;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+  setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+}  // namespace
+
 int ServeCommand(const ServeFlags& f) {
   if (f.max_body_mb < 1 || f.max_media_mb < 1 || f.max_images < 0 || f.max_audios < 0 || f.max_image_pixels < 1 ||
       f.max_audio_seconds < 1 || f.max_audio_seconds > kMaxAudioSeconds || f.request_timeout <= 0 ||
-      f.drain_seconds < 0 || f.dynamic_hd < 0 || f.max_dynamic_hd < 0 || f.default_max_tokens < 1)
+      f.drain_seconds < 0 || f.dynamic_hd < 0 || f.max_dynamic_hd < 0 || f.default_max_tokens < 1 ||
+      f.max_connections < 1 || f.max_connections_per_client < 1 || f.http_workers < 1 || f.header_timeout <= 0 ||
+      f.body_timeout <= 0 || f.idle_timeout <= 0 || f.media_budget_mb < 1)
     return ReportError(InvalidArgument("serve limits must be positive (and --max-audio-seconds at most " +
                                        std::to_string(kMaxAudioSeconds) + ")"));
   auto keys = ApiKeys(f);
@@ -109,17 +205,19 @@ int ServeCommand(const ServeFlags& f) {
   so.max_body_bytes = f.max_body_mb << 20;
   so.request_timeout_seconds = f.request_timeout;
   so.sse_ping_seconds = f.sse_ping_seconds;
-  so.http_threads = static_cast<int>(f.max_running + f.max_queue + 8);
   so.metrics_public = f.metrics_public;
+  so.http.max_connections = static_cast<int>(f.max_connections);
+  so.http.max_connections_per_client = static_cast<int>(f.max_connections_per_client);
+  so.http.workers = static_cast<int>(f.http_workers);
+  so.http.header_timeout = f.header_timeout;
+  so.http.body_timeout = f.body_timeout;
+  so.http.idle_timeout = f.idle_timeout;
+  so.media_budget_bytes = f.media_budget_mb << 20;
   so.build = {PHI4MM_VERSION_STRING, f.model.quant, f.model.kv_dtype};
 
-  // Signals go to the waiting thread below only (every thread started from here inherits the mask).
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  RaiseDescriptorLimit(f.max_connections);
+  Signals signals;
 
   server::Server srv(so);
   auto port = srv.Start();
@@ -143,11 +241,11 @@ int ServeCommand(const ServeFlags& f) {
   auto engine = Engine::Start(*model, eo);
   if (!engine.ok()) return ReportError(engine.status());
   srv.SetEngine(*model, std::move(engine).value());
+  signals.Serving();
   std::fprintf(stderr, "[phi4mm] serving %s as '%s' (API key %s)\n", f.model.dir.c_str(), so.served_name.c_str(),
                so.api_keys.empty() ? "off" : "required");
 
-  int sig = 0;
-  sigwait(&set, &sig);
+  const int sig = signals.Wait();
   std::fprintf(stderr, "[phi4mm] %s: draining for up to %.0f s (%lld requests in flight)\n",
                sig == SIGTERM ? "SIGTERM" : "SIGINT", f.drain_seconds, static_cast<long long>(srv.in_flight()));
   srv.Drain(std::chrono::duration<double>(f.drain_seconds));

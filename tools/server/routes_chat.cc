@@ -1,5 +1,6 @@
-// POST /v1/chat/completions, /v1/completions and /v1/chat/completions/input_tokens: body ->
-// ParsedRequest -> the engine (or, for input_tokens, CountPrompt without any encoder).
+// POST /v1/chat/completions, /v1/completions and /v1/chat/completions/input_tokens, on the HTTP
+// workers: body -> ParsedRequest -> the engine (or, for input_tokens, CountPrompt without any
+// encoder).
 #include "json_fields.h"
 #include "phi4mm/models/lora_mode.h"
 #include "phi4mm/runtime/media.h"
@@ -10,25 +11,27 @@ namespace phi4mm::server {
 namespace {
 
 // Parses the body and the request; false (with the error sent) when either is bad.
-bool Parse(Server::Impl& s, const httplib::Request& req, httplib::Response& res, bool chat, ParsedRequest* out) {
+bool Parse(Server::Impl& s, http::Request& req, const http::Exchange& ex, bool chat, ParsedRequest* out) {
   Json body;
-  if (ApiError e = ParseBody(req.body, s.opts.limits.max_json_depth, &body); !e.ok()) {
-    s.SendError(res, e);
+  ApiError e = ParseBody(req.body, s.opts.limits.max_json_depth, &body);
+  req.body.clear();
+  req.body.shrink_to_fit();
+  if (!e.ok()) {
+    s.SendError(ex, e);
     return false;
   }
   ModelFacts facts;
   {
     std::shared_lock<std::shared_mutex> l(s.model_mu);
     if (!s.model) {
-      s.SendError(res, Unavailable("the server is shutting down", 5));
+      s.SendError(ex, Unavailable("the server is shutting down", 5));
       return false;
     }
     facts = s.Facts();
   }
-  ApiError e = chat ? ParseChatRequest(body, s.opts.limits, facts, out)
-                    : ParseCompletionRequest(body, s.opts.limits, facts, out);
+  e = chat ? ParseChatRequest(body, s.opts.limits, facts, out) : ParseCompletionRequest(body, s.opts.limits, facts, out);
   if (!e.ok()) {
-    s.SendError(res, e);
+    s.SendError(ex, e);
     return false;
   }
   return true;
@@ -37,9 +40,10 @@ bool Parse(Server::Impl& s, const httplib::Request& req, httplib::Response& res,
 }  // namespace
 
 void InstallChatRoutes(Server::Impl& s) {
-  s.http.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+  using Run = http::Server::Run;
+  s.http.Route("POST", "/v1/chat/completions", Run::kWorker, [&s](http::Request& req, http::Exchange ex) {
     ParsedRequest p;
-    if (!Parse(s, req, res, true, &p)) return;
+    if (!Parse(s, req, ex, true, &p)) return;
     OutputFormat f;
     f.kind = OutputFormat::kChat;
     f.stream = p.stream;
@@ -47,22 +51,22 @@ void InstallChatRoutes(Server::Impl& s) {
     f.tools = p.tools;
     f.logprobs = p.logprobs;
     f.dynamic_hd = p.dynamic_hd;
-    s.Generate(std::move(p), f, res);
+    s.Generate(std::move(p), f, ex);
   });
 
-  s.http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+  s.http.Route("POST", "/v1/completions", Run::kWorker, [&s](http::Request& req, http::Exchange ex) {
     ParsedRequest p;
-    if (!Parse(s, req, res, false, &p)) return;
+    if (!Parse(s, req, ex, false, &p)) return;
     OutputFormat f;
     f.kind = OutputFormat::kCompletion;
     f.stream = p.stream;
     f.include_usage = p.stream && p.include_usage;
-    s.Generate(std::move(p), f, res);
+    s.Generate(std::move(p), f, ex);
   });
 
-  s.http.Post("/v1/chat/completions/input_tokens", [&s](const httplib::Request& req, httplib::Response& res) {
+  s.http.Route("POST", "/v1/chat/completions/input_tokens", Run::kWorker, [&s](http::Request& req, http::Exchange ex) {
     ParsedRequest p;
-    if (!Parse(s, req, res, true, &p)) return;
+    if (!Parse(s, req, ex, true, &p)) return;
     std::shared_ptr<const Model> model;
     {
       std::shared_lock<std::shared_mutex> l(s.model_mu);
@@ -70,7 +74,7 @@ void InstallChatRoutes(Server::Impl& s) {
     }
     const EngineRequest& er = p.engine;
     auto count = CountPrompt(model->config(), model->tokenizer(), er.prompt, er.media, er.prompt_options);
-    if (!count.ok()) return s.SendError(res, FromStatus(count.status(), "messages"));
+    if (!count.ok()) return s.SendError(ex, FromStatus(count.status(), "messages"));
     Json out = {{"object", "response.input_tokens"},
                 {"input_tokens", count->total_tokens},
                 {"text_tokens", count->text_tokens},
@@ -80,7 +84,9 @@ void InstallChatRoutes(Server::Impl& s) {
     if (!er.media.images.empty()) out["dynamic_hd"] = p.dynamic_hd;
     if (count->total_tokens > model->context_length())
       out["warning"] = "the prompt is longer than the model's context of " + std::to_string(model->context_length());
-    res.set_content(out.dump(), "application/json");
+    http::Response r;
+    r.body = out.dump();
+    ex.Send(std::move(r));
   });
 }
 

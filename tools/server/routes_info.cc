@@ -1,20 +1,25 @@
-// GET /health, /v1/health, /v1/models, /v1/models/{id} and /metrics. Health answers from atomics
-// only (never through the engine), so it stays fast while the engine is busy.
+// GET /health, /v1/health, /v1/models, /v1/models/{id} and /metrics, answered on the HTTP layer's
+// I/O thread. Health answers from atomics only (never through the engine or a worker), so it stays
+// fast while the engine and the workers are busy.
 #include <ctime>
 
+#include "http/multipart.h"
 #include "json_fields.h"
 #include "server_internal.h"
 
 namespace phi4mm::server {
 
 void InstallInfoRoutes(Server::Impl& s) {
-  auto health = [&s](const httplib::Request&, httplib::Response& res) {
-    if (s.draining) return s.SendError(res, Unavailable("draining", 5));
-    if (!s.ready) return s.SendError(res, Unavailable("Loading model", 5));
-    res.set_content(R"({"status":"ok"})", "application/json");
+  using Run = http::Server::Run;
+  auto health = [&s](http::Request&, http::Exchange ex) {
+    if (s.draining) return s.SendError(ex, Unavailable("draining", 5));
+    if (!s.ready) return s.SendError(ex, Unavailable("Loading model", 5));
+    http::Response r;
+    r.body = R"({"status":"ok"})";
+    ex.Send(std::move(r));
   };
-  s.http.Get("/health", health);
-  s.http.Get("/v1/health", health);
+  s.http.Route("GET", "/health", Run::kInline, health);
+  s.http.Route("GET", "/v1/health", Run::kInline, health);
 
   static const int64_t started = static_cast<int64_t>(std::time(nullptr));
   auto model_entry = [&s]() {
@@ -25,25 +30,32 @@ void InstallInfoRoutes(Server::Impl& s) {
                 {"owned_by", "phi4mm"},
                 {"max_model_len", s.model ? s.model->context_length() : 0}};
   };
-  s.http.Get("/v1/models", [model_entry](const httplib::Request&, httplib::Response& res) {
-    res.set_content(Json{{"object", "list"}, {"data", Json::array({model_entry()})}}.dump(), "application/json");
+  s.http.Route("GET", "/v1/models", Run::kInline, [model_entry](http::Request&, http::Exchange ex) {
+    http::Response r;
+    r.body = Json{{"object", "list"}, {"data", Json::array({model_entry()})}}.dump();
+    ex.Send(std::move(r));
   });
-  s.http.Get(R"(/v1/models/(.+))", [&s, model_entry](const httplib::Request& req, httplib::Response& res) {
-    const std::string id = req.matches[1];
+  s.http.RoutePrefix("GET", "/v1/models/", Run::kInline, [&s, model_entry](http::Request& req, http::Exchange ex) {
+    const std::string id = http::PercentDecode(req.path.substr(std::string_view("/v1/models/").size()));
     if (id != s.opts.served_name)
-      return s.SendError(res, ApiError{404, "not_found_error", "no model named '" + id + "'; this server serves '" +
-                                                                   s.opts.served_name + "'",
-                                       "model", "model_not_found", 0});
-    res.set_content(model_entry().dump(), "application/json");
+      return s.SendError(ex, ApiError{404, "not_found_error", "no model named '" + id + "'; this server serves '" +
+                                                                  s.opts.served_name + "'",
+                                      "model", "model_not_found", 0});
+    http::Response r;
+    r.body = model_entry().dump();
+    ex.Send(std::move(r));
   });
 
-  s.http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+  s.http.Route("GET", "/metrics", Run::kInline, [&s](http::Request&, http::Exchange ex) {
     std::optional<EngineStats> st;
     {
       std::shared_lock<std::shared_mutex> l(s.model_mu);
       if (s.engine) st = s.engine->stats();
     }
-    res.set_content(s.metrics.Render(s.opts.build, st ? &*st : nullptr), "text/plain; version=0.0.4");
+    http::Response r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = s.metrics.Render(s.opts.build, st ? &*st : nullptr);
+    ex.Send(std::move(r));
   });
 }
 

@@ -1,8 +1,8 @@
-// `phi4mm serve`'s HTTP server: an OpenAI-compatible API over one batched Engine. The interface is
-// deliberately narrow (start, hand over the loaded engine, drain, stop) so the HTTP library behind
-// it (cpp-httplib, only in the .cc files) can be replaced without touching callers. /health answers
-// 503 until SetEngine and again once Drain begins; everything else that needs the model answers
-// 503 meanwhile. Endpoints, fields and errors: docs/server.md.
+// `phi4mm serve`'s HTTP server: an OpenAI-compatible API over one batched Engine, on the
+// event-driven HTTP layer of http/http_server.h. The interface is deliberately narrow (start, hand
+// over the loaded engine, drain, stop). /health answers 503 until SetEngine and again once Drain
+// begins; everything else that needs the model answers 503 meanwhile. Endpoints, fields, limits
+// and errors: docs/server.md.
 #pragma once
 
 #include <chrono>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "http/http_server.h"
 #include "metrics.h"
 #include "phi4mm/runtime/engine.h"
 #include "request.h"
@@ -25,8 +26,13 @@ struct ServerOptions {
   int64_t max_body_bytes = int64_t{32} << 20;
   double request_timeout_seconds = 1800;
   double sse_ping_seconds = 5;       // ": ping" (or a space before a JSON body) while nothing else was sent
-  int http_threads = 16;             // connections served at once
   bool metrics_public = false;       // /metrics without the API key
+  // The HTTP layer: deadlines, connection limits, workers (http::Options; host, port and
+  // max_body_bytes above take precedence over its fields).
+  http::Options http;
+  // Bytes of decoded media and preprocessed pixels that requests may hold before the engine has
+  // encoded them; a request whose media do not fit waits (its compressed bytes only) until they do.
+  int64_t media_budget_bytes = int64_t{2} << 30;
   BuildInfo build;
   std::string transcribe_prompt = "Transcribe the audio clip into text.";
   std::string translate_prompt = "Translate the audio to English.";

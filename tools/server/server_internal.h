@@ -1,20 +1,16 @@
 // The server's shared state and the route installers of its .cc files (not a public API). Every
-// generation in flight is a Call, shared by the HTTP thread that writes its response, the engine
-// thread's event callback, and Drain.
+// generation in flight is a Call, shared by the exchange that answers it, the engine thread's
+// callbacks, and Drain.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <shared_mutex>
-#include <thread>
-
-#include <httplib.h>
 
 #include "api_error.h"
+#include "http/byte_budget.h"
+#include "http/http_server.h"
 #include "server.h"
 
 namespace phi4mm::server {
@@ -22,19 +18,11 @@ namespace phi4mm::server {
 using Clock = std::chrono::steady_clock;
 
 struct Call {
-  struct Event {
-    std::string text;
-    int32_t token = -1;
-    std::optional<TokenLogprobs> logprobs;
-  };
   std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Event> events;
-  std::atomic<bool> cancel{false};
   std::string cancel_reason;  // under mu: disconnect | shutdown
-  RequestHandle handle;
-  Clock::time_point last_token{};
-  bool has_token = false;
+  RequestHandle handle;       // under mu: set once Submit returned
+  bool cancel_requested = false;  // under mu: Cancel before the handle existed
+  bool ended = false;             // under mu: the engine finished with it
   Metrics* metrics = nullptr;
   // Cancels the engine request; the first cancellation of a request still running is counted
   // under `reason` (disconnect | shutdown).
@@ -53,11 +41,12 @@ struct OutputFormat {
 };
 
 struct Server::Impl {
+  explicit Impl(ServerOptions o);
   ServerOptions opts;
-  httplib::Server http;
-  std::thread listener;
-  int port = 0;
+  http::Server http;
   Metrics metrics;
+  // Decoded media and preprocessed pixels held for requests not yet encoded (media_budget.h).
+  http::ByteBudget media_budget;
 
   mutable std::shared_mutex model_mu;  // guards model/engine pointers (set once, reset at Stop)
   std::shared_ptr<const Model> model;
@@ -69,11 +58,12 @@ struct Server::Impl {
   std::set<std::shared_ptr<Call>> calls;
 
   ModelFacts Facts() const;
-  // Sends an error response (JSON body, Retry-After, counts rejections).
-  void SendError(httplib::Response& res, const ApiError& e);
-  // Submits the request and installs the response writer; errors before admission are answered
-  // with their status.
-  void Generate(ParsedRequest req, const OutputFormat& fmt, httplib::Response& res);
+  // An error response (JSON body, Retry-After); counts the rejection.
+  http::Response ErrorResponse(const ApiError& e);
+  void SendError(const http::Exchange& ex, const ApiError& e);
+  // Submits the request and answers through `ex`: errors before admission with their status, then
+  // the streamed or complete answer.
+  void Generate(ParsedRequest req, const OutputFormat& fmt, const http::Exchange& ex);
   // The call's response is over (sent, or its client gone): Drain stops waiting on it.
   void EndCall(const std::shared_ptr<Call>& call);
 };

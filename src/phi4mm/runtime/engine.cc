@@ -182,6 +182,7 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   seq->req = std::move(request);
   seq->submitted = Clock::now();
   seq->shared = std::make_shared<RequestHandle::Shared>();
+  seq->shared->on_done = std::move(seq->req.on_done);
   State* st = st_.get();
   seq->shared->wake = [st] {
     {

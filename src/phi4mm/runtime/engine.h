@@ -61,6 +61,8 @@ struct StreamEvent {
   const TokenLogprobs* logprobs = nullptr;  // when the request asked for log-probabilities
 };
 
+struct RequestResult;
+
 struct EngineRequest {
   std::string prompt;            // rendered with the chat template; <|image_N|> / <|audio_N|> placeholders
   std::vector<int32_t> prompt_ids;  // or the prompt as token ids (used when `prompt` is empty; no media)
@@ -72,6 +74,10 @@ struct EngineRequest {
   std::function<bool(const StreamEvent&)> on_event;
   // Engine thread, before each sampling: the logits the next token is drawn from (tests, debugging).
   std::function<void(std::span<const float>)> on_logits;
+  // Engine thread (or the thread stopping the engine), once the request has ended, with what
+  // RequestHandle::Wait then returns: an error, or the result. Must be quick; may run before
+  // Submit has returned the handle.
+  std::function<void(const Status& status, const RequestResult& result)> on_done;
 };
 
 struct RequestResult {

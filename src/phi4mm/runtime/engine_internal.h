@@ -25,6 +25,16 @@ struct RequestHandle::Shared {
   Status status;
   RequestResult result;
   std::function<void()> wake;  // nudges the engine thread
+  std::function<void(const Status&, const RequestResult&)> on_done;  // EngineRequest::on_done
+  // Marks the request done, wakes its waiters, then runs on_done (outside the lock).
+  void MarkDone() {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      done = true;
+    }
+    cv.notify_all();
+    if (on_done) on_done(status, result);
+  }
 };
 
 namespace engine_internal {

@@ -50,25 +50,22 @@ void Complete(State& st, Seq& s, FinishReason reason, Status status = Status::Ok
     else if (reason == FinishReason::kDeadline) ++st.counters.expired;
     else ++st.counters.finished;
   }
-  std::lock_guard<std::mutex> l(s.shared->mu);
-  s.shared->status = std::move(status);
-  s.shared->result = s.result;
+  {
+    std::lock_guard<std::mutex> l(s.shared->mu);
+    s.shared->status = std::move(status);
+    s.shared->result = s.result;
+  }
   if (st.defer_done) {
     st.done_later.push_back(s.shared);
     return;
   }
-  s.shared->done = true;
-  s.shared->cv.notify_all();
+  s.shared->MarkDone();
 }
 
 // Tells the requests whose completion a step deferred (State::defer_done) that they are done.
 void ReleaseDone(State& st) {
   st.defer_done = false;
-  for (const auto& shared : st.done_later) {
-    std::lock_guard<std::mutex> l(shared->mu);
-    shared->done = true;
-    shared->cv.notify_all();
-  }
+  for (const auto& shared : st.done_later) shared->MarkDone();
   st.done_later.clear();
 }
 
