@@ -4,8 +4,12 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -22,6 +26,8 @@
 #include "server/media_input.h"
 #include "server/server.h"
 #include "test_util.h"
+
+extern char** environ;
 
 namespace phi4mm::test {
 
@@ -178,6 +184,70 @@ inline std::string RawReadUntil(int fd, const std::string& needle, size_t max_by
 inline std::string RawPost(const std::string& path, const std::string& body) {
   return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
          std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// A `phi4mm serve` process (PHI4MM_CLI_PATH) started with `args` after "serve"; its stderr goes to
+// `stderr_path` (or /dev/null). With `wait_listening`, reads its "listening on" line for the port.
+struct ServeProcess {
+  pid_t pid = -1;
+  int port = 0;
+  int stdout_fd = -1;  // the rest of its stdout (when not waiting for the listening line: all of it)
+};
+
+inline ServeProcess SpawnServeArgs(const std::vector<std::string>& args, bool wait_listening,
+                                   const std::string& stderr_path = "/dev/null") {
+  ServeProcess p;
+  int out[2];
+  if (pipe(out) != 0) return p;
+  std::vector<std::string> all = {PHI4MM_CLI_PATH, "serve"};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_addclose(&fa, out[0]);
+  posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int rc = posix_spawn(&p.pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(out[1]);
+  if (rc != 0) {
+    close(out[0]);
+    p.pid = -1;
+    return p;
+  }
+  p.stdout_fd = out[0];
+  if (!wait_listening) return p;
+  std::string line;
+  char c;
+  while (read(out[0], &c, 1) == 1 && c != '\n') line += c;
+  const std::string prefix = "listening on http://127.0.0.1:";
+  if (line.rfind(prefix, 0) == 0) p.port = std::stoi(line.substr(prefix.size()));
+  return p;
+}
+
+// Waits for the process to exit; its exit code (128 + signal when killed). With `seconds` > 0,
+// gives up after that long and returns -1 (the process is then killed).
+inline int WaitExit(pid_t pid, double seconds = 0) {
+  int status = 0;
+  if (seconds > 0) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    for (;;) {
+      const pid_t r = waitpid(pid, &status, WNOHANG);
+      if (r == pid) break;
+      if (std::chrono::steady_clock::now() >= end) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } else {
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace phi4mm::test

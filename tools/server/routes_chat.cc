@@ -2,6 +2,7 @@
 // workers: body -> ParsedRequest -> the engine (or, for input_tokens, CountPrompt without any
 // encoder).
 #include "json_fields.h"
+#include "response.h"
 #include "phi4mm/models/lora_mode.h"
 #include "phi4mm/runtime/media.h"
 #include "server_internal.h"
@@ -14,12 +15,14 @@ namespace {
 bool Parse(Server::Impl& s, http::Request& req, const http::Exchange& ex, bool chat, ParsedRequest* out) {
   Json body;
   ApiError e = ParseBody(req.body, s.opts.limits.max_json_depth, &body);
-  req.body.clear();
-  req.body.shrink_to_fit();
+  req.body.Clear();
   if (!e.ok()) {
     s.SendError(ex, e);
     return false;
   }
+  // A streamed answer can tell a half-closed client from one that left (http_server.h).
+  if (const Json* st = Member(body, "stream"); st != nullptr && st->is_boolean() && st->get<bool>())
+    ex.SetHalfCloseProbe(std::string(kSsePing));
   ModelFacts facts;
   {
     std::shared_lock<std::shared_mutex> l(s.model_mu);

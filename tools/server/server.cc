@@ -201,6 +201,8 @@ void Server::Stop() {
 int Server::port() const { return impl_->http.port(); }
 const Metrics& Server::metrics() const { return impl_->metrics; }
 
+http::Stats Server::http_stats() const { return impl_->http.stats(); }
+
 int64_t Server::in_flight() const {
   std::lock_guard<std::mutex> l(impl_->calls_mu);
   return static_cast<int64_t>(impl_->calls.size());

@@ -58,6 +58,8 @@ class Server {
   const Metrics& metrics() const;
   // Requests currently streaming or waiting for their answer.
   int64_t in_flight() const;
+  // The HTTP layer's connections, refusals, evictions and timeouts.
+  http::Stats http_stats() const;
 
   struct Impl;
 

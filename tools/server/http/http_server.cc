@@ -24,7 +24,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/core/buffers_range.hpp>
 
 #include "byte_budget.h"
 
@@ -44,6 +44,9 @@ constexpr int64_t kBodyGrain = int64_t{1} << 20;  // body budget taken in steps 
 constexpr size_t kMaxReadAhead = 64 << 10;
 // After an EOF on a streamed answer: the second probe, whose failure shows the peer is gone.
 constexpr auto kProbeDelay = std::chrono::milliseconds(200);
+// An EOF while a handler runs: how long it has to declare a stream (and a probe) before the client
+// counts as gone.
+constexpr auto kHalfCloseGrace = std::chrono::milliseconds(250);
 // How long a refused request's remaining bytes are read and dropped before the socket closes.
 constexpr double kLingerSeconds = 2;
 
@@ -101,6 +104,38 @@ std::string Chunk(std::string_view data) {
   return c;
 }
 
+// Beast's Body for a request parser that receives into BodyBytes (a Content-Length reserves the
+// address space at once; pages become resident as bytes arrive).
+struct MappedBody {
+  using value_type = BodyBytes;
+  class reader {
+   public:
+    template <bool isRequest, class Fields>
+    explicit reader(bhttp::header<isRequest, Fields>&, value_type& b) : body_(b) {}
+    void init(const boost::optional<std::uint64_t>& length, boost::system::error_code& ec) {
+      ec = {};
+      if (length && !body_.Reserve(static_cast<size_t>(*length))) ec = bhttp::error::buffer_overflow;
+    }
+    template <class ConstBufferSequence>
+    std::size_t put(const ConstBufferSequence& buffers, boost::system::error_code& ec) {
+      ec = {};
+      size_t n = 0;
+      for (const auto b : boost::beast::buffers_range_ref(buffers)) {
+        if (!body_.Append(static_cast<const char*>(b.data()), b.size())) {
+          ec = bhttp::error::buffer_overflow;
+          return n;
+        }
+        n += b.size();
+      }
+      return n;
+    }
+    void finish(boost::system::error_code& ec) { ec = {}; }
+
+   private:
+    value_type& body_;
+  };
+};
+
 }  // namespace
 
 std::string_view ReasonPhrase(int status) {
@@ -133,6 +168,17 @@ std::string_view Request::header(std::string_view name) const {
   for (const Header& h : headers)
     if (IEquals(h.name, name)) return h.value;
   return {};
+}
+
+Request Request::Head() const {
+  Request r;
+  r.method = method;
+  r.target = target;
+  r.path = path;
+  r.query = query;
+  r.headers = headers;
+  r.client = client;
+  return r;
 }
 
 bool Request::has_header(std::string_view name) const {
@@ -245,7 +291,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   SteadyClock::time_point since = SteadyClock::now();  // when the connection began waiting for a request
   State state = State::kIdle;
   boost::beast::flat_buffer in;
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser;
+  std::optional<bhttp::request_parser<MappedBody>> parser;
   asio::steady_timer read_timer, write_timer, beat_timer;
   bool reading = false, writing = false, peer_eof = false;
   std::deque<std::pair<std::string, int64_t>> out;  // bytes, and how many of them count as streamed backlog
@@ -468,7 +514,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   void OnComplete() {
     read_timer.cancel();
     state = State::kHandling;
-    Request req = head;  // `head` stays for the response's bookkeeping; the body goes to the handler
+    Request req = head.Head();  // `head` stays for the response's bookkeeping; the body goes to the handler
     req.body = std::move(parser->get().body());
     parser.reset();
     DispatchRequest(std::move(req));
@@ -602,6 +648,18 @@ struct Conn : std::enable_shared_from_this<Conn> {
       if (streaming) Probe();
       return;
     }
+    if (eof && state == State::kHandling) {
+      // The handler may not have read far enough to declare a stream yet: a moment's grace.
+      peer_eof = true;
+      beat_timer.expires_after(kHalfCloseGrace);
+      std::weak_ptr<Conn> w = weak_from_this();
+      beat_timer.async_wait([w](const boost::system::error_code& ec) {
+        if (ec) return;
+        auto c = w.lock();
+        if (c && c->state == State::kHandling && c->ProbeBytes().empty()) c->Gone();
+      });
+      return;
+    }
     if (eof && response_complete) {
       peer_eof = true;  // the answer is written out, then the connection closes
       return;
@@ -718,8 +776,7 @@ void Conn::DispatchRequest(Request req) {
   Exchange copy = ex;
   if (!s.Enqueue([h, shared_req, ex, hold]() mutable {
         (*h)(*shared_req, std::move(ex));
-        shared_req->body.clear();
-        shared_req->body.shrink_to_fit();
+        shared_req->body.Clear();
         hold->Reset();
       })) {
     hold->Reset();
@@ -756,8 +813,17 @@ void Exchange::Send(Response r) const {
 }
 
 void Exchange::SetHalfCloseProbe(std::string probe) const {
-  std::lock_guard<std::mutex> l(s_->sig->mu);
-  s_->sig->probe = std::move(probe);
+  {
+    std::lock_guard<std::mutex> l(s_->sig->mu);
+    s_->sig->probe = std::move(probe);
+  }
+  std::weak_ptr<Conn> w = s_->conn;
+  const uint64_t my_seq = s_->seq;
+  asio::post(s_->impl->io, [w, my_seq] {
+    auto c = w.lock();
+    // A half-close seen before the probe was declared: the stream, once started, probes.
+    if (c && c->seq == my_seq && c->peer_eof && c->state == Conn::State::kHandling) c->beat_timer.cancel();
+  });
 }
 
 void Exchange::StartStream(int status, std::string content_type, std::vector<Header> headers, std::string keepalive,

@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "body_bytes.h"
 #include "phi4mm/base/status.h"
 
 namespace phi4mm::server::http {
@@ -46,8 +47,13 @@ struct Request {
   std::string path;     // target up to '?'
   std::string query;    // after '?', without it
   std::vector<Header> headers;
-  std::string body;     // de-chunked
+  BodyBytes body;       // de-chunked
   std::string client;   // the peer's address
+  Request() = default;
+  Request(Request&&) = default;
+  Request& operator=(Request&&) = default;
+  // Everything but the body.
+  Request Head() const;
   // The first value of a header (name compared case-insensitively); empty when absent.
   std::string_view header(std::string_view name) const;
   bool has_header(std::string_view name) const;
