@@ -247,5 +247,30 @@ TEST(ImageProcessor, GridIsCappedByDynamicHd) {
   EXPECT_EQ(r->hd_height / 448, 3);
 }
 
+// PlanImage knows from the size alone what ProcessImage makes: the same crops and tokens, and a
+// peak estimate that covers the result.
+TEST(ImageProcessor, PlanFromTheSizeMatchesProcessing) {
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{5, 7},     {448, 448}, {449, 448}, {1024, 768},
+                                                          {300, 2000}, {2000, 300}, {1920, 1080}, {333, 4097},
+                                                          {100, 2}};
+  for (int64_t dyn : {1, 4, 16, 36}) {
+    for (const auto& [w, h] : sizes) {
+      const ImageProcessorOptions o{dyn, 448, 14};
+      auto plan = PlanImage(w, h, o);
+      auto full = ProcessImage(Flat(w, h), o);
+      ASSERT_EQ(plan.ok(), full.ok()) << w << "x" << h << " dyn " << dyn;
+      if (!full.ok()) {
+        EXPECT_EQ(plan.status().message(), full.status().message());
+        continue;
+      }
+      EXPECT_EQ(plan->num_tokens, full->num_tokens) << w << "x" << h << " dyn " << dyn;
+      EXPECT_EQ(plan->num_crops, full->num_crops) << w << "x" << h << " dyn " << dyn;
+      const int64_t result = static_cast<int64_t>(full->pixel_values.size() * sizeof(float) + full->attention_mask.size());
+      EXPECT_EQ(plan->pixel_bytes, result);
+      EXPECT_GT(plan->peak_bytes, result + w * h * 3);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace phi4mm

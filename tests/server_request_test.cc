@@ -27,16 +27,23 @@ TEST(ServerBase64, RoundTripsAndRejectsBadInput) {
   EXPECT_EQ(Base64Encode("foobar"), "Zm9vYmFy");
   ASSERT_TRUE(Base64Decode("Zm9vYg", &out));  // padding optional
   EXPECT_EQ(out, "foob");
-  EXPECT_FALSE(Base64Decode("Zm9v YmFy", &out));
+  // As Python's decoders take it: MIME line breaks and spaces skipped, the URL-safe alphabet.
+  ASSERT_TRUE(Base64Decode("Zm9v\r\nYmFy\n", &out));
+  EXPECT_EQ(out, "foobar");
+  ASSERT_TRUE(Base64Decode("Zm9v YmFy", &out));
+  EXPECT_EQ(out, "foobar");
+  ASSERT_TRUE(Base64Decode("_-8=", &out));  // "/+8=" in the standard alphabet
+  EXPECT_EQ(out, std::string("\xff\xef", 2));
   EXPECT_FALSE(Base64Decode("Zm9vY", &out));
   EXPECT_FALSE(Base64Decode("Zm9vYmFy===", &out));
   EXPECT_FALSE(Base64Decode("Zm=vYmFy", &out));
-  EXPECT_FALSE(Base64Decode("Zm9vYmF-", &out));
+  EXPECT_FALSE(Base64Decode("Zm9vYmF*", &out));
+  EXPECT_FALSE(Base64Decode("Zm9vYg=", &out));  // padding that does not complete a quantum
 }
 
 ParsedRequest MustParse(const Json& body, const ServerLimits& limits = {}) {
   ParsedRequest p;
-  ApiError e = ParseChatRequest(body, limits, ModelFacts{}, &p, /*decode_media=*/false);
+  ApiError e = ParseChatRequest(body, limits, ModelFacts{}, &p);
   EXPECT_TRUE(e.ok()) << e.param << ": " << e.message;
   return p;
 }
@@ -53,8 +60,12 @@ TEST(ServerRequest, RendersTheChatTemplateWithPlaceholdersOverTheConversation) {
   EXPECT_EQ(p.engine.prompt,
             "<|system|>Be brief.<|end|><|user|><|image_1|>\nWhat\nis it?<|end|><|assistant|>A cat.<|end|>"
             "<|user|><|image_2|>\n<|audio_1|>\n<|end|><|assistant|>");
-  EXPECT_EQ(p.engine.media.images.size(), 2u);
-  EXPECT_EQ(p.engine.media.audios.size(), 1u);
+  // Collected in order, decoded later (media_admission.h).
+  ASSERT_EQ(p.media_sources.size(), 3u);
+  EXPECT_EQ(p.media_sources[0].kind, MediaSource::kImage);
+  EXPECT_EQ(p.media_sources[1].kind, MediaSource::kAudio);
+  EXPECT_EQ(p.media_sources[2].kind, MediaSource::kImage);
+  EXPECT_TRUE(p.engine.media.empty());
   EXPECT_EQ(p.engine.generate.max_new_tokens, 2048);
   EXPECT_EQ(p.engine.generate.sampling.temperature, 0.0f);
   EXPECT_FALSE(p.stream);

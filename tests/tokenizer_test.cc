@@ -3,6 +3,8 @@
 // streaming, invalid input and malformed tokenizer.json files.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -487,6 +489,43 @@ TEST(TokenizerTest, StreamedTablesClassifyOddEntriesAsATreeWould) {
   j["decoder"]["vocab"] = {{"x", 1}};
   j["pre_tokenizer"]["merges"] = json::array({"a b"});
   EXPECT_TRUE(LoadStatus(j.dump()).ok()) << LoadStatus(j.dump()).ToString();
+}
+
+// Encode with limits: the same ids when they fit; OutOfRange, without encoding it all, when a text
+// needs more; Cancelled once the flag is set.
+TEST(TokenizerTest, LimitedEncodeStopsEarly) {
+  const Tokenizer& t = test::FixtureTokenizer();
+  EXPECT_GT(t.max_token_bytes(), 1);
+  const std::string text = "The quick brown fox jumps over the lazy dog. <|endoftext|> Hello, world!";
+  auto all = t.Encode(text);
+  ASSERT_TRUE(all.ok());
+  const auto n = static_cast<int64_t>(all->size());
+  EncodeLimits fits;
+  fits.max_tokens = n;
+  auto same = t.Encode(text, fits);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ(*same, *all);
+  EncodeLimits tight;
+  tight.max_tokens = n - 1;
+  EXPECT_EQ(t.Encode(text, tight).status().code(), StatusCode::kOutOfRange);
+
+  // 64 MiB of one letter against a 1000-token limit: refused from its length, at once.
+  const std::string huge(size_t{64} << 20, 'a');
+  EncodeLimits small;
+  small.max_tokens = 1000;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(t.Encode(huge, small).status().code(), StatusCode::kOutOfRange);
+  // Many short words within the byte bound: the split stops after the limit's pieces.
+  std::string words;
+  for (int i = 0; i < 20000; ++i) words += " ab";
+  small.max_tokens = words.size() / static_cast<size_t>(t.max_token_bytes()) + 10;
+  EXPECT_EQ(t.Encode(words, small).status().code(), StatusCode::kOutOfRange);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+
+  std::atomic<bool> cancel{true};
+  EncodeLimits c;
+  c.cancel = &cancel;
+  EXPECT_EQ(t.Encode(text, c).status().code(), StatusCode::kCancelled);
 }
 
 TEST(TokenizerTest, MalformedConfigAndMissingDir) {

@@ -123,6 +123,6 @@ def test_models_health_metrics(client, server, model_name):
     by_mode = [m[f'phi4mm_batch_rows_total{{lora_mode="{k}"}}'] for k in ("none", "vision", "speech")]
     rows = m["phi4mm_prefill_rows_total"] + m["phi4mm_decode_rows_total"]
     assert by_mode[0] > 0 and sum(by_mode) == rows
-    assert m["phi4mm_batch_rows_count"] == m["phi4mm_engine_steps_total"] == m['phi4mm_batch_rows_bucket{le="+Inf"}']
-    assert m["phi4mm_batch_rows_sum"] == rows
-    assert m['phi4mm_batch_rows_bucket{le="1"}'] <= m['phi4mm_batch_rows_bucket{le="512"}'] <= m["phi4mm_batch_rows_count"]
+    assert m["phi4mm_step_rows_count"] == m["phi4mm_engine_steps_total"] == m['phi4mm_step_rows_bucket{le="+Inf"}']
+    assert m["phi4mm_step_rows_sum"] == rows
+    assert m['phi4mm_step_rows_bucket{le="1"}'] <= m['phi4mm_step_rows_bucket{le="512"}'] <= m["phi4mm_step_rows_count"]

@@ -203,7 +203,8 @@ struct Writer {
 
 }  // namespace
 
-void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, const http::Exchange& ex) {
+void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, const http::Exchange& ex,
+                            std::shared_ptr<http::BudgetHold> media_hold, int64_t held_bytes) {
   auto call = std::make_shared<Call>();
   call->metrics = &metrics;
   ResponseMeta meta;
@@ -238,6 +239,8 @@ void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, const ht
   req.engine.on_done = [writer](const Status& status, const RequestResult& result) { writer->OnDone(status, result); };
   req.engine.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(opts.request_timeout_seconds));
+  req.engine.media_hold = media_hold;
+  req.engine.prompt_options.cancel = &ex.gone_flag();  // the exchange outlives Submit
   {
     std::lock_guard<std::mutex> l(calls_mu);
     calls.insert(call);
@@ -250,8 +253,11 @@ void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, const ht
   }
   if (!handle.ok()) {
     EndCall(call);
+    if (handle.status().code() == StatusCode::kCancelled && ex.client_gone()) return;
     return SendError(ex, FromStatus(handle.status(), "messages"));
   }
+  // The decoded images and clips are gone; what the engine keeps until it has encoded them stays.
+  if (media_hold) media_hold->ShrinkTo(held_bytes);
   bool cancel_now = false;
   {
     std::lock_guard<std::mutex> l(call->mu);

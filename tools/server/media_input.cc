@@ -36,11 +36,16 @@ ApiError TooLarge(const std::string& param, int64_t size, const MediaLimits& lim
 
 // The decoded payload of a base64 field, with the size checked before decoding.
 ApiError DecodePayload(std::string_view b64, const MediaLimits& limits, const std::string& param, std::string* out) {
-  const int64_t decoded_size = static_cast<int64_t>(b64.size() / 4 * 3);
-  if (decoded_size > limits.max_media_bytes) return TooLarge(param, decoded_size, limits);
+  int64_t decoded_size = static_cast<int64_t>(b64.size() / 4 * 3);
+  if (decoded_size > limits.max_media_bytes) {  // line breaks do not count
+    const auto symbols = std::count_if(b64.begin(), b64.end(), [](char c) { return c != '\n' && c != '\r' && c != ' ' && c != '\t'; });
+    decoded_size = static_cast<int64_t>(symbols / 4 * 3);
+    if (decoded_size > limits.max_media_bytes) return TooLarge(param, decoded_size, limits);
+  }
   if (b64.empty()) return InvalidRequest(param, "the media data is empty");
   if (!Base64Decode(b64, out))
-    return InvalidRequest(param, "the media data is not valid base64 (RFC 4648, standard alphabet)", "invalid_base64");
+    return InvalidRequest(param, "the media data is not valid base64 (RFC 4648, the standard or the URL-safe alphabet; "
+                                 "line breaks are allowed)", "invalid_base64");
   return {};
 }
 
@@ -90,30 +95,94 @@ ApiError ReadLocalFile(std::string_view url, const MediaLimits& limits, const st
 ApiError AudioFromBytes(const std::string& bytes, const MediaLimits& limits, const std::string& param,
                         AudioClip* out) {
   auto clip = DecodeAudioBytes(Bytes(bytes), "audio", limits.max_audio_seconds);
-  if (!clip.ok()) {
-    const bool too_long = clip.status().code() == StatusCode::kOutOfRange;
-    return InvalidRequest(param, clip.status().message() + (too_long ? " (--max-audio-seconds)" : ""),
-                          too_long ? "audio_too_long" : "invalid_audio");
-  }
+  if (!clip.ok()) return AudioError(clip.status(), param);
   *out = std::move(clip).value();
   return {};
 }
 
+// The bytes behind an image URL.
+ApiError ImageUrlBytes(std::string_view url, const MediaLimits& limits, const std::string& param, std::string* bytes) {
+  DataUri uri;
+  if (ParseDataUri(url, &uri)) {
+    if (uri.mime.substr(0, 6) != "image/")
+      return InvalidRequest(param, "an image data URI must have an image/* type, got '" + std::string(uri.mime) + "'");
+    return DecodePayload(uri.payload, limits, param, bytes);
+  }
+  if (url.substr(0, 7) == "file://") return ReadLocalFile(url, limits, param, bytes);
+  if (url.substr(0, 7) == "http://" || url.substr(0, 8) == "https://")
+    return InvalidRequest(param, "remote image URLs are not fetched by this server; send the image inline as "
+                                 "data:image/<type>;base64,<data>", "remote_media_disabled");
+  return InvalidRequest(param, "the image URL must be data:image/<type>;base64,<data> (or file:// under the "
+                               "server's --media-dir)");
+}
+
+// The bytes behind an audio URL.
+ApiError AudioUrlBytes(std::string_view url, const MediaLimits& limits, const std::string& param, std::string* bytes) {
+  DataUri uri;
+  if (ParseDataUri(url, &uri)) {
+    if (uri.mime.substr(0, 6) != "audio/")
+      return InvalidRequest(param, "an audio data URI must have an audio/* type, got '" + std::string(uri.mime) + "'");
+    return DecodePayload(uri.payload, limits, param, bytes);
+  }
+  if (url.substr(0, 7) == "file://") return ReadLocalFile(url, limits, param, bytes);
+  return InvalidRequest(param, "the audio URL must be data:audio/<type>;base64,<data> (or file:// under the "
+                               "server's --media-dir); remote URLs are not fetched", "remote_media_disabled");
+}
+
 }  // namespace
 
+ApiError ImageError(const Status& st, const std::string& param) {
+  const bool too_big = st.message().find("more than the limit of") != std::string::npos && st.code() != StatusCode::kDataLoss;
+  return InvalidRequest(param, st.message() + (too_big ? " (--max-image-pixels)" : ""),
+                        too_big ? "image_too_large" : "invalid_image");
+}
+
+ApiError AudioError(const Status& st, const std::string& param) {
+  const bool too_long = st.code() == StatusCode::kOutOfRange;
+  return InvalidRequest(param, st.message() + (too_long ? " (--max-audio-seconds)" : ""),
+                        too_long ? "audio_too_long" : "invalid_audio");
+}
+
+ApiError MediaBytes(const MediaSource& source, const MediaLimits& limits, std::string* out) {
+  if (source.uploaded) {
+    if (static_cast<int64_t>(source.data.size()) > limits.max_media_bytes)
+      return TooLarge(source.param, static_cast<int64_t>(source.data.size()), limits);
+    if (source.data.empty()) return InvalidRequest(source.param, "the uploaded file is empty");
+    *out = source.data;
+    return {};
+  }
+  if (source.kind == MediaSource::kImage) return ImageUrlBytes(source.url, limits, source.param, out);
+  if (source.inline_data) return DecodePayload(source.data, limits, source.param + ".data", out);
+  return AudioUrlBytes(source.url, limits, source.param, out);
+}
+
 bool Base64Decode(std::string_view in, std::string* out) {
-  static const std::array<int8_t, 256> table = B64Table();
-  size_t n = in.size();
-  while (n > 0 && in[n - 1] == '=') --n;
-  if (in.size() - n > 2 || n % 4 == 1) return false;
-  if (in.size() != n && in.size() % 4 != 0) return false;
+  static const std::array<int8_t, 256> table = [] {
+    std::array<int8_t, 256> t = B64Table();
+    t[static_cast<uint8_t>('-')] = 62;  // the URL-safe alphabet (RFC 4648 section 5)
+    t[static_cast<uint8_t>('_')] = 63;
+    return t;
+  }();
+  auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  // Line breaks and spaces (MIME-wrapped base64) are skipped; '=' may only end the data.
+  size_t end = in.size();
+  while (end > 0 && space(in[end - 1])) --end;
+  size_t pad = 0;
+  while (end > 0 && (in[end - 1] == '=' || space(in[end - 1]))) {
+    if (in[end - 1] == '=') ++pad;
+    --end;
+  }
+  if (pad > 2) return false;
   out->clear();
-  out->reserve(n / 4 * 3 + 3);
+  out->reserve(end / 4 * 3 + 3);
   uint32_t acc = 0;
   int bits = 0;
-  for (size_t i = 0; i < n; ++i) {
+  size_t symbols = 0;
+  for (size_t i = 0; i < end; ++i) {
+    if (space(in[i])) continue;
     const int8_t v = table[static_cast<uint8_t>(in[i])];
     if (v < 0) return false;
+    ++symbols;
     acc = (acc << 6) | static_cast<uint32_t>(v);
     bits += 6;
     if (bits >= 8) {
@@ -121,6 +190,8 @@ bool Base64Decode(std::string_view in, std::string* out) {
       out->push_back(static_cast<char>((acc >> bits) & 0xFF));
     }
   }
+  if (symbols % 4 == 1) return false;
+  if (pad > 0 && (symbols + pad) % 4 != 0) return false;
   return true;
 }
 
@@ -145,39 +216,27 @@ std::string Base64Encode(std::string_view in) {
 
 ApiError DecodeImageUrl(std::string_view url, const MediaLimits& limits, const std::string& param, Image* out) {
   std::string bytes;
-  DataUri uri;
-  if (ParseDataUri(url, &uri)) {
-    if (uri.mime.substr(0, 6) != "image/")
-      return InvalidRequest(param, "an image data URI must have an image/* type, got '" + std::string(uri.mime) + "'");
-    if (ApiError e = DecodePayload(uri.payload, limits, param, &bytes); !e.ok()) return e;
-  } else if (url.substr(0, 7) == "file://") {
-    if (ApiError e = ReadLocalFile(url, limits, param, &bytes); !e.ok()) return e;
-  } else if (url.substr(0, 7) == "http://" || url.substr(0, 8) == "https://") {
-    return InvalidRequest(param, "remote image URLs are not fetched by this server; send the image inline as "
-                                 "data:image/<type>;base64,<data>", "remote_media_disabled");
-  } else {
-    return InvalidRequest(param, "the image URL must be data:image/<type>;base64,<data> (or file:// under the "
-                                 "server's --media-dir)");
-  }
+  if (ApiError e = ImageUrlBytes(url, limits, param, &bytes); !e.ok()) return e;
   ImageDecodeLimits il;
   il.max_pixels = limits.max_image_pixels;
   auto img = DecodeImageBytes(Bytes(bytes), "image", il);
-  if (!img.ok()) {
-    const bool too_big = img.status().message().find("more than the limit of") != std::string::npos &&
-                         img.status().code() != StatusCode::kDataLoss;
-    return InvalidRequest(param, img.status().message() + (too_big ? " (--max-image-pixels)" : ""), too_big ? "image_too_large" : "invalid_image");
-  }
+  if (!img.ok()) return ImageError(img.status(), param);
   *out = std::move(img).value();
   return {};
 }
 
-ApiError DecodeAudioData(std::string_view base64, std::string_view format, const MediaLimits& limits,
-                         const std::string& param, AudioClip* out) {
+ApiError CheckAudioFormat(std::string_view format, const std::string& param) {
   static constexpr std::array<std::string_view, 5> kFormats = {"wav", "mp3", "flac", "ogg", "oga"};
   if (!format.empty() && std::find(kFormats.begin(), kFormats.end(), format) == kFormats.end())
     return InvalidRequest(param + ".format",
                           "audio format '" + std::string(format) + "' is not supported; use wav, mp3, flac or ogg",
                           "unsupported_audio_format");
+  return {};
+}
+
+ApiError DecodeAudioData(std::string_view base64, std::string_view format, const MediaLimits& limits,
+                         const std::string& param, AudioClip* out) {
+  if (ApiError e = CheckAudioFormat(format, param); !e.ok()) return e;
   std::string bytes;
   if (ApiError e = DecodePayload(base64, limits, param + ".data", &bytes); !e.ok()) return e;
   return AudioFromBytes(bytes, limits, param + ".data", out);
@@ -185,17 +244,7 @@ ApiError DecodeAudioData(std::string_view base64, std::string_view format, const
 
 ApiError DecodeAudioUrl(std::string_view url, const MediaLimits& limits, const std::string& param, AudioClip* out) {
   std::string bytes;
-  DataUri uri;
-  if (ParseDataUri(url, &uri)) {
-    if (uri.mime.substr(0, 6) != "audio/")
-      return InvalidRequest(param, "an audio data URI must have an audio/* type, got '" + std::string(uri.mime) + "'");
-    if (ApiError e = DecodePayload(uri.payload, limits, param, &bytes); !e.ok()) return e;
-  } else if (url.substr(0, 7) == "file://") {
-    if (ApiError e = ReadLocalFile(url, limits, param, &bytes); !e.ok()) return e;
-  } else {
-    return InvalidRequest(param, "the audio URL must be data:audio/<type>;base64,<data> (or file:// under the "
-                                 "server's --media-dir); remote URLs are not fetched", "remote_media_disabled");
-  }
+  if (ApiError e = AudioUrlBytes(url, limits, param, &bytes); !e.ok()) return e;
   return AudioFromBytes(bytes, limits, param, out);
 }
 

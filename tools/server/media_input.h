@@ -22,12 +22,34 @@ struct MediaLimits {
   std::string media_dir;  // empty: file:// URLs are refused
 };
 
-// Strict RFC 4648 base64 (padding optional, no whitespace). False on any other character.
+// One image or audio part of a request, as sent: decoded only once its memory is admitted
+// (media_admission.h).
+struct MediaSource {
+  enum Kind { kImage, kAudio } kind = kImage;
+  std::string param;         // the field named in errors
+  std::string url;           // image_url.url, audio_url.url
+  std::string data, format;  // input_audio.data (base64) and .format
+  bool inline_data = false;  // input_audio (data) rather than a URL
+  bool uploaded = false;     // `data` holds the file's bytes as uploaded (multipart), not base64
+};
+
+// The encoded bytes of a part (base64 decoded, or read from --media-dir), within the per-item
+// size limit; `source` keeps its type checks (an image data URI must be image/*).
+ApiError MediaBytes(const MediaSource& source, const MediaLimits& limits, std::string* out);
+// A decoder's or header reader's error about an image or a clip as the API error it answers with.
+ApiError ImageError(const Status& st, const std::string& param);
+ApiError AudioError(const Status& st, const std::string& param);
+
+// RFC 4648 base64 as Python's decoders take it: the standard or the URL-safe alphabet, padding
+// optional, spaces and line breaks (MIME wrapping) skipped. False on any other character, on '='
+// before the end, and on a length no encoder makes.
 bool Base64Decode(std::string_view in, std::string* out);
 std::string Base64Encode(std::string_view in);
 
 // `param` names the field in errors (e.g. "messages[0].content[1].image_url.url").
 ApiError DecodeImageUrl(std::string_view url, const MediaLimits& limits, const std::string& param, Image* out);
+// An input_audio.format the decoders read ("wav", "mp3", "flac", "ogg", "oga"; empty = sniff).
+ApiError CheckAudioFormat(std::string_view format, const std::string& param);
 // `format` as in input_audio.format ("wav", "mp3", "flac", "ogg"; empty = sniff only).
 ApiError DecodeAudioData(std::string_view base64, std::string_view format, const MediaLimits& limits,
                          const std::string& param, AudioClip* out);

@@ -1,6 +1,7 @@
 // Prometheus text rendering of the server's and the engine's counters (metrics.h).
 #include "metrics.h"
 
+#include <charconv>
 #include <cstdio>
 
 #include "phi4mm/base/process_memory.h"
@@ -9,10 +10,11 @@ namespace phi4mm::server {
 
 namespace {
 
+// The shortest text that reads back as `v` ("0.01", not "0.010000000000000000208").
 std::string Num(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
 }
 
 std::string Escape(const std::string& s) {
@@ -115,12 +117,17 @@ void Metrics::ObserveResult(const RequestResult& r) {
   for (double s : r.audio_encode_seconds) audio_encode_.Observe(s);
 }
 
+void Metrics::CountMediaWait() {
+  std::lock_guard<std::mutex> l(mu_);
+  ++media_waits_;
+}
+
 void Metrics::ObserveInterToken(double seconds) {
   std::lock_guard<std::mutex> l(mu_);
   itl_.Observe(seconds);
 }
 
-std::string Metrics::Render(const BuildInfo& b, const EngineStats* e) const {
+std::string Metrics::Render(const BuildInfo& b, const EngineStats* e, const ServerGauges& g) const {
   std::string out;
   Header(&out, "phi4mm_build_info", "gauge", "Build and load configuration.");
   Line(&out, "phi4mm_build_info",
@@ -168,7 +175,7 @@ std::string Metrics::Render(const BuildInfo& b, const EngineStats* e) const {
            static_cast<double>(e->rows_by_mode[i]));
     Histogram::FromCounts({EngineStats::kStepRowBounds.begin(), EngineStats::kStepRowBounds.end()},
                           {e->step_rows.begin(), e->step_rows.end()}, static_cast<double>(e->batch_rows))
-        .Render("phi4mm_batch_rows", "Rows per decoder step (decode rows and prompt chunks together).", &out);
+        .Render("phi4mm_step_rows", "Rows per decoder step (decode rows and prompt chunks together).", &out);
     Single(&out, "phi4mm_prefill_rows_total", "counter", "Prompt rows over all decoder steps.",
            static_cast<double>(e->prefill_rows));
     Single(&out, "phi4mm_decode_rows_total", "counter", "Decode rows over all decoder steps.",
@@ -186,7 +193,35 @@ std::string Metrics::Render(const BuildInfo& b, const EngineStats* e) const {
            static_cast<double>(e->expired));
     Single(&out, "phi4mm_engine_refused_total", "counter", "Requests the engine refused at submission.",
            static_cast<double>(e->refused));
+    Single(&out, "phi4mm_prefix_cache_bytes", "gauge", "KV bytes the prefix cache holds (--prefix-cache-mb).",
+           static_cast<double>(e->prefix.bytes));
+    Single(&out, "phi4mm_prefix_cache_entries", "gauge", "Sequences the prefix cache holds.",
+           static_cast<double>(e->prefix.entries));
+    Single(&out, "phi4mm_media_cache_bytes", "gauge", "Encoder output bytes the media cache holds (--media-cache-mb).",
+           static_cast<double>(e->media.bytes));
+    Single(&out, "phi4mm_media_cache_entries", "gauge", "Images and clips the media cache holds.",
+           static_cast<double>(e->media.entries));
   }
+  Single(&out, "phi4mm_http_connections", "gauge", "Open HTTP connections.", static_cast<double>(g.connections));
+  Single(&out, "phi4mm_http_connections_refused_total", "counter", "Connections turned away at the limits.",
+         static_cast<double>(g.connections_refused));
+  Single(&out, "phi4mm_http_connections_evicted_total", "counter",
+         "Idle or slow connections closed to make room for new ones.", static_cast<double>(g.connections_evicted));
+  Single(&out, "phi4mm_http_timeouts_total", "counter", "Connections closed by a header, body, idle or write deadline.",
+         static_cast<double>(g.http_timeouts));
+  Single(&out, "phi4mm_http_pending_handlers", "gauge", "Requests waiting for an HTTP worker.",
+         static_cast<double>(g.pending_handlers));
+  Single(&out, "phi4mm_http_body_bytes", "gauge", "Request body bytes received and not yet handled.",
+         static_cast<double>(g.body_bytes));
+  Single(&out, "phi4mm_media_budget_bytes", "gauge", "The media budget (--media-budget-mb).",
+         static_cast<double>(g.media_budget_bytes));
+  Single(&out, "phi4mm_media_budget_used_bytes", "gauge",
+         "Bytes of the media budget held by requests decoding media or waiting for their encoding.",
+         static_cast<double>(g.media_budget_used));
+  Single(&out, "phi4mm_media_budget_waiting", "gauge", "Requests waiting for the media budget.",
+         static_cast<double>(g.media_budget_waiting));
+  Single(&out, "phi4mm_media_budget_waits_total", "counter", "Requests that had to wait for the media budget.",
+         static_cast<double>(media_waits_));
   Single(&out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
          static_cast<double>(ResidentBytes()));
   return out;

@@ -34,6 +34,13 @@ struct BuildInfo {
   std::string version, quant, kv_dtype;
 };
 
+// The server's own gauges, read when /metrics is rendered.
+struct ServerGauges {
+  int64_t connections = 0, connections_refused = 0, connections_evicted = 0, http_timeouts = 0;
+  int64_t pending_handlers = 0, body_bytes = 0;
+  int64_t media_budget_bytes = 0, media_budget_used = 0, media_budget_waiting = 0;
+};
+
 class Metrics {
  public:
   Metrics();
@@ -43,13 +50,15 @@ class Metrics {
   // A request the engine ran to its end (finished or cancelled).
   void ObserveResult(const RequestResult& r);
   void ObserveInterToken(double seconds);
-  std::string Render(const BuildInfo& build, const EngineStats* engine) const;
+  // A request whose media had to wait for the media budget.
+  void CountMediaWait();
+  std::string Render(const BuildInfo& build, const EngineStats* engine, const ServerGauges& server = {}) const;
 
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, uint64_t> rejected_, cancelled_;
-  uint64_t prompt_text_ = 0, prompt_image_ = 0, prompt_audio_ = 0, generated_ = 0, cached_ = 0;
+  uint64_t prompt_text_ = 0, prompt_image_ = 0, prompt_audio_ = 0, generated_ = 0, cached_ = 0, media_waits_ = 0;
   Histogram ttft_, itl_, e2e_, queue_, image_encode_, audio_encode_;
 };
 

@@ -34,6 +34,8 @@ struct ModelFacts {
   int64_t context_length = 131072;
   int64_t vocab_size = 200064;
   int64_t checkpoint_dynamic_hd = 36;
+  int64_t crop_size = 448, patch_size = 14;  // the image processor's
+  int64_t max_token_bytes = 128;             // the tokenizer's longest token
 };
 
 struct ParsedRequest {
@@ -46,12 +48,14 @@ struct ParsedRequest {
   bool tools = false;           // tools were rendered: parse <|tool_call|> output into tool_calls
   int64_t dynamic_hd = 0;       // the crop limit the images use
   std::vector<std::string> ignored_fields;
+  // The media parts in order of appearance (engine.media is filled from them once decoded).
+  std::vector<MediaSource> media_sources;
 };
 
-// `decode_media` false: media are checked for presence and counts but not decoded (the
-// input_tokens endpoint decodes them too; the fuzz target turns decoding off for speed).
+// Media parts are checked for presence, counts and their audio format, and collected in
+// out->media_sources; nothing is decoded here.
 ApiError ParseChatRequest(const nlohmann::json& body, const ServerLimits& limits, const ModelFacts& facts,
-                          ParsedRequest* out, bool decode_media = true);
+                          ParsedRequest* out);
 ApiError ParseCompletionRequest(const nlohmann::json& body, const ServerLimits& limits, const ModelFacts& facts,
                                 ParsedRequest* out);
 

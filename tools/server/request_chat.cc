@@ -26,7 +26,7 @@ struct Builder {
   const ServerLimits& limits;
   const ModelFacts& facts;
   ParsedRequest* out;
-  bool decode_media;
+  int64_t images = 0, audios = 0;  // media parts so far, over the whole conversation
   int64_t dynamic_hd = 0;        // from detail / the extension; 0 = not set by any image
   bool any_detail_high = false;
 };
@@ -63,12 +63,13 @@ std::string TextOnly(const Json& content, const std::string& path, const std::st
   return text;
 }
 
-// A user message's content: text parts joined with "\n", media decoded in order, placeholders
-// prepended (numbered over the whole conversation) unless the text has its own.
+// A user message's content: text parts joined with "\n", media collected in order (decoded later,
+// once their memory is admitted: media_admission.h), placeholders prepended (numbered over the
+// whole conversation) unless the text has its own.
 std::string UserContent(const Json& content, const std::string& path, Builder& b) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) Fail(path, path + " must be a string or an array of parts, got " + TypeName(content), "invalid_type");
-  MediaInputs& media = b.out->engine.media;
+  std::vector<MediaSource>& sources = b.out->media_sources;
   std::string text;
   size_t images = 0, audios = 0;
   for (size_t i = 0; i < content.size(); ++i) {
@@ -92,36 +93,37 @@ std::string UserContent(const Json& content, const std::string& path, Builder& b
       // One crop limit serves the whole request (the engine preprocesses all images alike): the
       // largest any image asks for.
       b.dynamic_hd = std::max(b.dynamic_hd, dyn);
-      if (static_cast<int64_t>(media.images.size()) >= b.limits.max_images)
+      if (b.images >= b.limits.max_images)
         Fail(pp, "a request may hold at most " + std::to_string(b.limits.max_images) + " images (--max-images)",
              "too_many_images");
-      Image img;
-      if (b.decode_media) {
-        if (ApiError e = DecodeImageUrl(url, b.limits.media, Join(ip, "url"), &img); !e.ok()) throw FieldError{e};
-      }
-      media.images.push_back(std::move(img));
+      MediaSource src;
+      src.kind = MediaSource::kImage;
+      src.param = Join(ip, "url");
+      src.url = url;
+      sources.push_back(std::move(src));
+      ++b.images;
       ++images;
     } else if (type == "input_audio" || type == "audio_url") {
       const Json* ia = OptObject(part, type, pp);
       if (!ia) Fail(Join(pp, type), Join(pp, type) + " is required", "missing_field");
       const std::string ap = Join(pp, type);
-      if (static_cast<int64_t>(media.audios.size()) >= b.limits.max_audios)
+      if (b.audios >= b.limits.max_audios)
         Fail(pp, "a request may hold at most " + std::to_string(b.limits.max_audios) + " audio clips (--max-audios)",
              "too_many_audios");
-      AudioClip clip;
+      MediaSource src;
+      src.kind = MediaSource::kAudio;
       if (type == "input_audio") {
-        const std::string data = ReqString(*ia, "data", ap);
-        const std::string format = OptString(*ia, "format", ap).value_or("");
-        if (b.decode_media) {
-          if (ApiError e = DecodeAudioData(data, format, b.limits.media, ap, &clip); !e.ok()) throw FieldError{e};
-        }
+        src.data = ReqString(*ia, "data", ap);
+        src.format = OptString(*ia, "format", ap).value_or("");
+        src.param = ap;
+        src.inline_data = true;
+        if (ApiError e = CheckAudioFormat(src.format, ap); !e.ok()) throw FieldError{e};
       } else {
-        const std::string url = ReqString(*ia, "url", ap);
-        if (b.decode_media) {
-          if (ApiError e = DecodeAudioUrl(url, b.limits.media, Join(ap, "url"), &clip); !e.ok()) throw FieldError{e};
-        }
+        src.url = ReqString(*ia, "url", ap);
+        src.param = Join(ap, "url");
       }
-      media.audios.push_back(std::move(clip));
+      sources.push_back(std::move(src));
+      ++b.audios;
       ++audios;
     } else {
       Fail(Join(pp, "type"), "unsupported content part type \"" + type +
@@ -131,7 +133,7 @@ std::string UserContent(const Json& content, const std::string& path, Builder& b
   const MediaPlaceholders ph = RewriteMediaPlaceholders(text);
   if (!ph.image_numbers.empty() || !ph.audio_numbers.empty() || (images == 0 && audios == 0)) return text;
   std::string prefix;
-  const size_t first_image = media.images.size() - images, first_audio = media.audios.size() - audios;
+  const size_t first_image = static_cast<size_t>(b.images) - images, first_audio = static_cast<size_t>(b.audios) - audios;
   for (size_t k = 0; k < images; ++k) prefix += "<|image_" + std::to_string(first_image + k + 1) + "|>\n";
   for (size_t k = 0; k < audios; ++k) prefix += "<|audio_" + std::to_string(first_audio + k + 1) + "|>\n";
   return prefix + text;
@@ -237,11 +239,10 @@ void BuildChat(const Json& body, Builder& b) {
 
 }  // namespace
 
-ApiError ParseChatRequest(const Json& body, const ServerLimits& limits, const ModelFacts& facts, ParsedRequest* out,
-                          bool decode_media) {
+ApiError ParseChatRequest(const Json& body, const ServerLimits& limits, const ModelFacts& facts, ParsedRequest* out) {
   try {
     ParseGeneration(body, limits, facts, /*chat=*/true, out);
-    Builder b{limits, facts, out, decode_media};
+    Builder b{limits, facts, out};
     BuildChat(body, b);
     CollectIgnored(body, kChatFields, out);
   } catch (const FieldError& e) {

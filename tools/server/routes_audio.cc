@@ -28,10 +28,12 @@ void Transcribe(Server::Impl& s, http::Request& req, const http::Exchange& ex, b
                                                                "use json or text")));
   ParsedRequest p;
   p.model = field("model");
-  if (ApiError e = DecodeAudioUpload(file->data, s.opts.limits.media, "file",
-                                     &p.engine.media.audios.emplace_back());
-      !e.ok())
-    return s.SendError(ex, e);
+  MediaSource upload;
+  upload.kind = MediaSource::kAudio;
+  upload.param = "file";
+  upload.data = std::string(file->data);
+  upload.uploaded = true;
+  p.media_sources.push_back(std::move(upload));
   const std::string temp = field("temperature");
   if (!temp.empty()) {
     char* end = nullptr;
@@ -57,7 +59,17 @@ void Transcribe(Server::Impl& s, http::Request& req, const http::Exchange& ex, b
   OutputFormat f;
   f.kind = OutputFormat::kTranscription;
   f.text_only = format == "text";
-  s.Generate(std::move(p), f, ex);
+  ModelFacts facts;
+  {
+    std::shared_lock<std::shared_mutex> l(s.model_mu);
+    if (!s.model) return s.SendError(ex, Unavailable("the server is shutting down", 5));
+    facts = s.Facts();
+  }
+  req.body.Clear();  // the upload was copied into its source
+  s.AdmitMedia(std::move(p), facts, ex, /*counting=*/false,
+               [&s, f, ex](ParsedRequest admitted, std::shared_ptr<http::BudgetHold> hold, int64_t held) {
+                 s.Generate(std::move(admitted), f, ex, std::move(hold), held);
+               });
 }
 
 }  // namespace

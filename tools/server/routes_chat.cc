@@ -12,7 +12,8 @@ namespace phi4mm::server {
 namespace {
 
 // Parses the body and the request; false (with the error sent) when either is bad.
-bool Parse(Server::Impl& s, http::Request& req, const http::Exchange& ex, bool chat, ParsedRequest* out) {
+bool Parse(Server::Impl& s, http::Request& req, const http::Exchange& ex, bool chat, ParsedRequest* out,
+           ModelFacts* facts_out = nullptr) {
   Json body;
   ApiError e = ParseBody(req.body, s.opts.limits.max_json_depth, &body);
   req.body.Clear();
@@ -37,7 +38,33 @@ bool Parse(Server::Impl& s, http::Request& req, const http::Exchange& ex, bool c
     s.SendError(ex, e);
     return false;
   }
+  if (facts_out != nullptr) *facts_out = facts;
   return true;
+}
+
+// The input_tokens answer: the prompt's tokens by kind, without running any encoder.
+void CountTokens(Server::Impl& s, const ParsedRequest& p, const http::Exchange& ex) {
+  std::shared_ptr<const Model> model;
+  {
+    std::shared_lock<std::shared_mutex> l(s.model_mu);
+    model = s.model;
+  }
+  if (!model) return s.SendError(ex, Unavailable("the server is shutting down", 5));
+  const EngineRequest& er = p.engine;
+  auto count = CountPrompt(model->config(), model->tokenizer(), er.prompt, er.media, er.prompt_options);
+  if (!count.ok()) return s.SendError(ex, FromStatus(count.status(), "messages"));
+  Json out = {{"object", "response.input_tokens"},
+              {"input_tokens", count->total_tokens},
+              {"text_tokens", count->text_tokens},
+              {"image_tokens", count->image_tokens},
+              {"audio_tokens", count->audio_tokens},
+              {"lora_mode", LoraModeName(LoraModeForInputs(!er.media.images.empty(), !er.media.audios.empty()))}};
+  if (!er.media.images.empty()) out["dynamic_hd"] = p.dynamic_hd;
+  if (count->total_tokens > model->context_length())
+    out["warning"] = "the prompt is longer than the model's context of " + std::to_string(model->context_length());
+  http::Response r;
+  r.body = out.dump();
+  ex.Send(std::move(r));
 }
 
 }  // namespace
@@ -46,7 +73,8 @@ void InstallChatRoutes(Server::Impl& s) {
   using Run = http::Server::Run;
   s.http.Route("POST", "/v1/chat/completions", Run::kWorker, [&s](http::Request& req, http::Exchange ex) {
     ParsedRequest p;
-    if (!Parse(s, req, ex, true, &p)) return;
+    ModelFacts facts;
+    if (!Parse(s, req, ex, true, &p, &facts)) return;
     OutputFormat f;
     f.kind = OutputFormat::kChat;
     f.stream = p.stream;
@@ -54,7 +82,10 @@ void InstallChatRoutes(Server::Impl& s) {
     f.tools = p.tools;
     f.logprobs = p.logprobs;
     f.dynamic_hd = p.dynamic_hd;
-    s.Generate(std::move(p), f, ex);
+    s.AdmitMedia(std::move(p), facts, ex, /*counting=*/false,
+                 [&s, f, ex](ParsedRequest admitted, std::shared_ptr<http::BudgetHold> hold, int64_t held) {
+                   s.Generate(std::move(admitted), f, ex, std::move(hold), held);
+                 });
   });
 
   s.http.Route("POST", "/v1/completions", Run::kWorker, [&s](http::Request& req, http::Exchange ex) {
@@ -69,27 +100,13 @@ void InstallChatRoutes(Server::Impl& s) {
 
   s.http.Route("POST", "/v1/chat/completions/input_tokens", Run::kWorker, [&s](http::Request& req, http::Exchange ex) {
     ParsedRequest p;
-    if (!Parse(s, req, ex, true, &p)) return;
-    std::shared_ptr<const Model> model;
-    {
-      std::shared_lock<std::shared_mutex> l(s.model_mu);
-      model = s.model;
-    }
-    const EngineRequest& er = p.engine;
-    auto count = CountPrompt(model->config(), model->tokenizer(), er.prompt, er.media, er.prompt_options);
-    if (!count.ok()) return s.SendError(ex, FromStatus(count.status(), "messages"));
-    Json out = {{"object", "response.input_tokens"},
-                {"input_tokens", count->total_tokens},
-                {"text_tokens", count->text_tokens},
-                {"image_tokens", count->image_tokens},
-                {"audio_tokens", count->audio_tokens},
-                {"lora_mode", LoraModeName(LoraModeForInputs(!er.media.images.empty(), !er.media.audios.empty()))}};
-    if (!er.media.images.empty()) out["dynamic_hd"] = p.dynamic_hd;
-    if (count->total_tokens > model->context_length())
-      out["warning"] = "the prompt is longer than the model's context of " + std::to_string(model->context_length());
-    http::Response r;
-    r.body = out.dump();
-    ex.Send(std::move(r));
+    ModelFacts facts;
+    if (!Parse(s, req, ex, true, &p, &facts)) return;
+    // Images are counted from their size; clips are decoded (their tokens follow the log-mel frames).
+    s.AdmitMedia(std::move(p), facts, ex, /*counting=*/true,
+                 [&s, ex](ParsedRequest admitted, std::shared_ptr<http::BudgetHold>, int64_t) {
+                   CountTokens(s, admitted, ex);
+                 });
   });
 }
 

@@ -54,7 +54,18 @@ void InstallInfoRoutes(Server::Impl& s) {
     }
     http::Response r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r.body = s.metrics.Render(s.opts.build, st ? &*st : nullptr);
+    const http::Stats hs = s.http.stats();
+    ServerGauges g;
+    g.connections = hs.connections;
+    g.connections_refused = hs.connections_refused;
+    g.connections_evicted = hs.connections_evicted;
+    g.http_timeouts = hs.timeouts;
+    g.pending_handlers = hs.pending;
+    g.body_bytes = hs.buffered_body_bytes;
+    g.media_budget_bytes = s.media_budget.limit();
+    g.media_budget_used = s.media_budget.used();
+    g.media_budget_waiting = s.media_budget.waiting();
+    r.body = s.metrics.Render(s.opts.build, st ? &*st : nullptr, g);
     ex.Send(std::move(r));
   });
 }

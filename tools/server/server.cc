@@ -73,6 +73,9 @@ ModelFacts Server::Impl::Facts() const {
   f.context_length = model->context_length();
   f.vocab_size = model->embedding().vocab_size();
   f.checkpoint_dynamic_hd = model->config().preprocessor.dynamic_hd;
+  f.crop_size = model->config().vision.crop_size;
+  f.patch_size = model->config().vision.patch_size;
+  f.max_token_bytes = model->tokenizer().max_token_bytes();
   return f;
 }
 

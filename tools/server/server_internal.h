@@ -11,6 +11,7 @@
 #include "api_error.h"
 #include "http/byte_budget.h"
 #include "http/http_server.h"
+#include "media_admission.h"
 #include "server.h"
 
 namespace phi4mm::server {
@@ -63,9 +64,21 @@ struct Server::Impl {
   void SendError(const http::Exchange& ex, const ApiError& e);
   // Submits the request and answers through `ex`: errors before admission with their status, then
   // the streamed or complete answer.
-  void Generate(ParsedRequest req, const OutputFormat& fmt, const http::Exchange& ex);
+  // `media_hold`, when given, is what the request's media hold of the media budget: after Submit
+  // it shrinks to `held_bytes`, and the engine lets go of it once the media are encoded.
+  void Generate(ParsedRequest req, const OutputFormat& fmt, const http::Exchange& ex,
+                std::shared_ptr<http::BudgetHold> media_hold = nullptr, int64_t held_bytes = 0);
   // The call's response is over (sent, or its client gone): Drain stops waiting on it.
   void EndCall(const std::shared_ptr<Call>& call);
+  // Admission before work (admission.cc): plans the request's media from their headers, refuses a
+  // prompt that cannot fit the context, takes the media budget for decoding them (waiting when it
+  // does not fit now), decodes them, then calls `next` on a worker with the request, the budget's
+  // hold, and the bytes that stay held until the engine has encoded the media. Errors are
+  // answered here. For counting only (`counting`): images are not decoded (their size gives their
+  // tokens) and a prompt over the context is not refused.
+  using AdmittedNext = std::function<void(ParsedRequest, std::shared_ptr<http::BudgetHold>, int64_t held_bytes)>;
+  void AdmitMedia(ParsedRequest p, const ModelFacts& facts, const http::Exchange& ex, bool counting,
+                  AdmittedNext next);
 };
 
 void InstallChatRoutes(Server::Impl& s);

@@ -184,6 +184,27 @@ Result<AudioClip> DecodeAudioBytes(std::span<const uint8_t> bytes, const std::st
   return ReadAll(snd.get(), info, label, max_seconds);
 }
 
+Result<AudioInfo> ReadAudioInfo(std::span<const uint8_t> bytes, const std::string& label, int64_t max_seconds) {
+  if (bytes.empty()) return InvalidArgument(label + ": the audio data is empty (0 bytes)");
+  MemoryFile mem{bytes, 0};
+  SF_VIRTUAL_IO io{MemLength, MemSeek, MemRead, MemWrite, MemTell};
+  SF_INFO info{};
+  SndfilePtr snd(sf_open_virtual(&io, SFM_READ, &info, &mem));
+  if (!snd) return OpenError(nullptr, label);
+  if (info.samplerate < kMinAudioSampleRate || info.samplerate > kMaxAudioSampleRate) {
+    return InvalidArgument(label + ": sample rate " + std::to_string(info.samplerate) + " Hz is outside " +
+                           std::to_string(kMinAudioSampleRate) + "-" + std::to_string(kMaxAudioSampleRate) + " Hz");
+  }
+  AudioInfo out;
+  out.sample_rate = info.samplerate;
+  const bool known = info.frames > 0 && info.frames != SF_COUNT_MAX;
+  out.frames = known ? info.frames : 0;
+  max_seconds = std::clamp<int64_t>(max_seconds, 1, kMaxAudioSeconds);
+  if (known && info.frames > max_seconds * info.samplerate)
+    return OutOfRange(label + ": the audio is longer than " + std::to_string(max_seconds) + " s");
+  return out;
+}
+
 Result<AudioClip> DecodeAudioFile(const std::string& path, int64_t max_seconds) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {

@@ -24,4 +24,14 @@ Result<AudioClip> DecodeAudioFile(const std::string& path, int64_t max_seconds =
 Result<AudioClip> DecodeAudioBytes(std::span<const uint8_t> bytes, const std::string& label,
                                    int64_t max_seconds = kMaxAudioSeconds);
 
+// What an audio file's header declares, without decoding a sample: its sample rate and, when the
+// header gives it (WAV, FLAC, OGG; not every MP3), its length in frames (0 when unknown). The same
+// open and limit errors as DecodeAudioBytes.
+struct AudioInfo {
+  int64_t sample_rate = 0;
+  int64_t frames = 0;
+};
+Result<AudioInfo> ReadAudioInfo(std::span<const uint8_t> bytes, const std::string& label,
+                                int64_t max_seconds = kMaxAudioSeconds);
+
 }  // namespace phi4mm

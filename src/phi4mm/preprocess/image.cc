@@ -189,6 +189,37 @@ Result<Image> DecodeImageBytes(std::span<const uint8_t> bytes, const std::string
   return Internal(label + ": unhandled image format");
 }
 
+Result<ImageSize> ReadImageSize(std::span<const uint8_t> bytes, const std::string& label,
+                                const ImageDecodeLimits& limits) {
+  if (bytes.empty()) {
+    return DataLoss(label + " is empty (0 bytes); expected a JPEG, PNG, BMP, GIF, PPM/PGM or WebP image");
+  }
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return InvalidArgument(label + " is " + std::to_string(bytes.size()) +
+                           " bytes; image files over 2 GiB are not supported");
+  }
+  if (limits.max_pixels < 1) return InvalidArgument("ImageDecodeLimits.max_pixels must be positive");
+  PHI4MM_ASSIGN_OR_RETURN(const image_internal::FormatInfo info, image_internal::InspectImage(bytes, label));
+  ImageSize size{info.width, info.height};
+  if (info.format == image_internal::Format::kWebp) {
+    int w = 0, h = 0;
+    if (!WebPGetInfo(bytes.data(), bytes.size(), &w, &h)) {
+      return DataLoss(label + ": could not read the WebP header; the file is corrupt or truncated");
+    }
+    size = {w, h};
+  }
+  if (size.width < 1 || size.height < 1) {
+    // A container whose size only its decoder reads (stb's header reader for the formats above).
+    int w = 0, h = 0, comp = 0;
+    if (!stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &comp)) {
+      return DataLoss(label + ": could not read the image header; the file is corrupt or truncated");
+    }
+    size = {w, h};
+  }
+  PHI4MM_RETURN_IF_ERROR(CheckSize(size.width, size.height, label, limits));
+  return size;
+}
+
 Result<Image> DecodeImageFile(const std::string& path, const ImageDecodeLimits& limits) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) return NotFound("cannot open image file '" + path + "': " + std::strerror(errno));

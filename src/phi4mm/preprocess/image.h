@@ -24,6 +24,15 @@ struct ImageDecodeLimits {
 };
 
 Result<Image> DecodeImageFile(const std::string& path, const ImageDecodeLimits& limits = {});
+
+struct ImageSize {
+  int64_t width = 0, height = 0;
+};
+// The size an image declares, read from its header without decoding a pixel, with the checks
+// DecodeImageBytes makes before it decodes (format, structure, the pixel limit): what decoding it
+// will hold can be known, and refused, first.
+Result<ImageSize> ReadImageSize(std::span<const uint8_t> bytes, const std::string& label,
+                                const ImageDecodeLimits& limits = {});
 // `label` names the source in error messages.
 Result<Image> DecodeImageBytes(std::span<const uint8_t> bytes, const std::string& label,
                                const ImageDecodeLimits& limits = {});

@@ -67,9 +67,14 @@ std::string FormatRatio(int64_t w, int64_t h) {
   return buf;
 }
 
-}  // namespace
+// The dynamic-HD geometry of a W x H image: its crop grid, the resized size and the padding.
+struct Geometry {
+  Grid g;
+  int64_t S = 0, patch = 0, m = 0, W = 0, H = 0;
+  int64_t target_w = 0, target_h = 0, new_w = 0, new_h = 0, pad_w = 0, pad_h = 0;
+};
 
-Result<ProcessedImage> ProcessImage(const Image& image, const ImageProcessorOptions& opts) {
+Result<Geometry> ComputeGeometry(int64_t W, int64_t H, const ImageProcessorOptions& opts) {
   if (opts.crop_size < 1 || opts.crop_size > kMaxCropSize) {
     return InvalidArgument("image processor crop_size " + std::to_string(opts.crop_size) +
                            " is out of range [1, " + std::to_string(kMaxCropSize) + "]");
@@ -82,57 +87,113 @@ Result<ProcessedImage> ProcessImage(const Image& image, const ImageProcessorOpti
     return InvalidArgument("image processor dynamic_hd " + std::to_string(opts.dynamic_hd) +
                            " is out of range [1, " + std::to_string(kMaxDynamicHd) + "]");
   }
-  if (image.width < 1 || image.height < 1 ||
-      image.rgb.size() != static_cast<size_t>(image.width) * static_cast<size_t>(image.height) * 3) {
-    return InvalidArgument("image of " + std::to_string(image.width) + "x" + std::to_string(image.height) +
-                           " pixels has " + std::to_string(image.rgb.size()) +
-                           " bytes of RGB data; expected width*height*3 and both sides >= 1");
+  if (W < 1 || H < 1) {
+    return InvalidArgument("image of " + std::to_string(W) + "x" + std::to_string(H) + " pixels: both sides must be >= 1");
   }
-  const int64_t S = opts.crop_size;
-  const int64_t patch = opts.patch_size;
-  const int64_t m = S / patch;  // mask_size: patches per crop side
-  const int64_t W = image.width, H = image.height;
+  Geometry geo;
+  geo.S = opts.crop_size;
+  geo.patch = opts.patch_size;
+  geo.m = geo.S / geo.patch;  // mask_size: patches per crop side
+  geo.W = W;
+  geo.H = H;
+  const int64_t S = geo.S;
 
   // Reference: dynamic_preprocess. The ceil grid if it has at most dynamic_hd crops, else the
   // closest aspect ratio among grids of at most dynamic_hd crops.
-  Grid g;
+  Grid& g = geo.g;
   const int64_t w_crops = (W + S - 1) / S, h_crops = (H + S - 1) / S;
   if (w_crops > opts.dynamic_hd || h_crops > opts.dynamic_hd || w_crops * h_crops > opts.dynamic_hd) {
     g = ClosestAspectRatio(W, H, opts.dynamic_hd, S);
   } else {
     g = {w_crops, h_crops};
   }
-  const int64_t target_w = S * g.gw, target_h = S * g.gh;
+  geo.target_w = S * g.gw;
+  geo.target_h = S * g.gh;
   // Python: ratio = target / orig (double); int(orig * ratio) truncates toward zero.
-  const double ratio_w = static_cast<double>(target_w) / static_cast<double>(W);
-  const double ratio_h = static_cast<double>(target_h) / static_cast<double>(H);
-  int64_t new_w, new_h, pad_w, pad_h;
+  const double ratio_w = static_cast<double>(geo.target_w) / static_cast<double>(W);
+  const double ratio_h = static_cast<double>(geo.target_h) / static_cast<double>(H);
   if (ratio_w < ratio_h) {
-    new_w = target_w;
-    new_h = static_cast<int64_t>(static_cast<double>(H) * ratio_w);
-    pad_w = 0;
-    pad_h = target_h - new_h;
+    geo.new_w = geo.target_w;
+    geo.new_h = static_cast<int64_t>(static_cast<double>(H) * ratio_w);
+    geo.pad_w = 0;
+    geo.pad_h = geo.target_h - geo.new_h;
   } else {
-    new_w = static_cast<int64_t>(static_cast<double>(W) * ratio_h);
-    new_h = target_h;
-    pad_w = target_w - new_w;
-    pad_h = 0;
+    geo.new_w = static_cast<int64_t>(static_cast<double>(W) * ratio_h);
+    geo.new_h = geo.target_h;
+    geo.pad_w = geo.target_w - geo.new_w;
+    geo.pad_h = 0;
   }
-  if (std::min(new_h, target_h) < kMinResizedSide || std::min(new_w, target_w) < kMinResizedSide) {
+  if (std::min(geo.new_h, geo.target_h) < kMinResizedSide || std::min(geo.new_w, geo.target_w) < kMinResizedSide) {
     return InvalidArgument("image of " + std::to_string(W) + "x" + std::to_string(H) +
                            " pixels has an aspect ratio (" + FormatRatio(W, H) +
                            ") that is too extreme: fitted to a " + std::to_string(g.gw) + "x" +
                            std::to_string(g.gh) + " grid of " + std::to_string(S) +
-                           "-pixel crops it would be resized to " + std::to_string(new_w) + "x" +
-                           std::to_string(new_h) + ", and the reference rejects a side under " +
+                           "-pixel crops it would be resized to " + std::to_string(geo.new_w) + "x" +
+                           std::to_string(geo.new_h) + ", and the reference rejects a side under " +
                            std::to_string(kMinResizedSide) + " pixels; crop or pad the image first");
   }
+  return geo;
+}
 
-  // Attention mask [m*gh, m*gw]: patch columns/rows fully inside the padding are 0. The original
-  // compares with the literal 14, the patch size of the real model.
+// The image's shape fields and attention masks [1 + gh*gw, m, m]: the global view is all ones;
+// crop (r, c) takes its block of the canvas mask, whose patch columns/rows fully inside the
+// padding are 0 (the original compares with the literal 14, the patch size of the real model).
+void SetShapeAndMasks(const Geometry& geo, ProcessedImage* out) {
+  const Grid& g = geo.g;
+  const int64_t m = geo.m;
+  out->num_crops = 1 + g.gw * g.gh;
+  out->crop_size = geo.S;
+  out->patches_per_side = m;
+  out->hd_height = geo.target_h;
+  out->hd_width = geo.target_w;
   const int64_t mask_h = m * g.gh, mask_w = m * g.gw;
-  const int64_t zero_cols = pad_w >= patch ? pad_w / patch : 0;
-  const int64_t zero_rows = pad_h >= patch ? pad_h / patch : 0;
+  const int64_t zero_cols = geo.pad_w >= geo.patch ? geo.pad_w / geo.patch : 0;
+  const int64_t zero_rows = geo.pad_h >= geo.patch ? geo.pad_h / geo.patch : 0;
+  const size_t mask_elems = static_cast<size_t>(m) * static_cast<size_t>(m);
+  out->attention_mask.assign(static_cast<size_t>(out->num_crops) * mask_elems, 1);
+  auto canvas_mask = [&](int64_t row, int64_t col) -> uint8_t {
+    return (row >= mask_h - zero_rows || col >= mask_w - zero_cols) ? 0 : 1;
+  };
+  for (int64_t r = 0; r < g.gh; ++r) {
+    for (int64_t c = 0; c < g.gw; ++c) {
+      uint8_t* dst = out->attention_mask.data() + static_cast<size_t>(1 + r * g.gw + c) * mask_elems;
+      for (int64_t y = 0; y < m; ++y) {
+        for (int64_t x = 0; x < m; ++x) dst[y * m + x] = canvas_mask(r * m + y, c * m + x);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Result<ImagePlan> PlanImage(int64_t width, int64_t height, const ImageProcessorOptions& opts) {
+  PHI4MM_ASSIGN_OR_RETURN(const Geometry geo, ComputeGeometry(width, height, opts));
+  ProcessedImage shape;
+  SetShapeAndMasks(geo, &shape);
+  ImagePlan plan;
+  plan.num_crops = shape.num_crops;
+  plan.num_tokens = CountImageTokens(shape);
+  const int64_t crop_bytes = 3 * geo.S * geo.S * static_cast<int64_t>(sizeof(float));
+  plan.pixel_bytes = plan.num_crops * crop_bytes + static_cast<int64_t>(shape.attention_mask.size());
+  // ProcessImage at its peak: the decoded RGB, the resized RGB, the normalised canvas, the global
+  // view's bicubic result, and the crops.
+  plan.peak_bytes = width * height * 3 + geo.new_w * geo.new_h * 3 +
+                    3 * geo.target_w * geo.target_h * static_cast<int64_t>(sizeof(float)) + crop_bytes +
+                    plan.pixel_bytes;
+  return plan;
+}
+
+Result<ProcessedImage> ProcessImage(const Image& image, const ImageProcessorOptions& opts) {
+  if (image.width < 1 || image.height < 1 ||
+      image.rgb.size() != static_cast<size_t>(image.width) * static_cast<size_t>(image.height) * 3) {
+    return InvalidArgument("image of " + std::to_string(image.width) + "x" + std::to_string(image.height) +
+                           " pixels has " + std::to_string(image.rgb.size()) +
+                           " bytes of RGB data; expected width*height*3 and both sides >= 1");
+  }
+  PHI4MM_ASSIGN_OR_RETURN(const Geometry geo, ComputeGeometry(image.width, image.height, opts));
+  const Grid g = geo.g;
+  const int64_t S = geo.S, W = geo.W, H = geo.H;
+  const int64_t target_w = geo.target_w, target_h = geo.target_h, new_w = geo.new_w, new_h = geo.new_h;
 
   // HD canvas: Pillow BILINEAR resize to new_w x new_h, then white padding right and bottom.
   const std::vector<uint8_t> resized = image_internal::ResizeBilinearPil(image.rgb, W, H, new_w, new_h);
@@ -153,12 +214,7 @@ Result<ProcessedImage> ProcessImage(const Image& image, const ImageProcessorOpti
   }
 
   ProcessedImage out;
-  const int64_t hd_crops = g.gw * g.gh;
-  out.num_crops = 1 + hd_crops;
-  out.crop_size = S;
-  out.patches_per_side = m;
-  out.hd_height = target_h;
-  out.hd_width = target_w;
+  SetShapeAndMasks(geo, &out);
   const size_t crop_elems = 3 * static_cast<size_t>(S) * static_cast<size_t>(S);
   out.pixel_values.resize(static_cast<size_t>(out.num_crops) * crop_elems);
 
@@ -176,22 +232,6 @@ Result<ProcessedImage> ProcessImage(const Image& image, const ImageProcessorOpti
                              static_cast<size_t>((r * S + y) * target_w + c * S);
           std::copy(src, src + S, dst + (ch * S + y) * S);
         }
-      }
-    }
-  }
-
-  // Masks [1 + gh*gw, m, m]: the global view is all ones; crop (r, c) takes its block of the
-  // canvas mask.
-  const size_t mask_elems = static_cast<size_t>(m) * static_cast<size_t>(m);
-  out.attention_mask.assign(static_cast<size_t>(out.num_crops) * mask_elems, 1);
-  auto canvas_mask = [&](int64_t row, int64_t col) -> uint8_t {
-    return (row >= mask_h - zero_rows || col >= mask_w - zero_cols) ? 0 : 1;
-  };
-  for (int64_t r = 0; r < g.gh; ++r) {
-    for (int64_t c = 0; c < g.gw; ++c) {
-      uint8_t* dst = out.attention_mask.data() + static_cast<size_t>(1 + r * g.gw + c) * mask_elems;
-      for (int64_t y = 0; y < m; ++y) {
-        for (int64_t x = 0; x < m; ++x) dst[y * m + x] = canvas_mask(r * m + y, c * m + x);
       }
     }
   }

@@ -30,6 +30,17 @@ struct ProcessedImage {
 
 Result<ProcessedImage> ProcessImage(const Image& image, const ImageProcessorOptions& opts);
 
+// What ProcessImage makes of a width x height image, known from the size alone (no pixel is
+// touched): the crops, the placeholder tokens (exactly ProcessImage's num_tokens), the bytes of its
+// result, and the most it holds at once while it runs (the decoded image included).
+struct ImagePlan {
+  int64_t num_crops = 0;
+  int64_t num_tokens = 0;
+  int64_t pixel_bytes = 0;  // pixel_values and attention_mask
+  int64_t peak_bytes = 0;
+};
+Result<ImagePlan> PlanImage(int64_t width, int64_t height, const ImageProcessorOptions& opts);
+
 // The placeholder tokens an image takes, from its geometry (hd_height/hd_width, crop_size,
 // patches_per_side) and the HD crops' attention masks: what ProcessImage sets num_tokens to, and
 // what a processor's tensors made elsewhere (ONNX Runtime GenAI's) imply.

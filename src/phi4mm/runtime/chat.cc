@@ -11,9 +11,9 @@ constexpr int32_t kEndTokenId = 200020;  // <|end|>
 
 Result<std::vector<int32_t>> EncodePrompt(const Tokenizer& tok, std::string_view rendered,
                                           std::span<const int32_t> image_token_counts,
-                                          std::span<const int32_t> audio_token_counts) {
+                                          std::span<const int32_t> audio_token_counts, const EncodeLimits& limits) {
   MediaPlaceholders ph = RewriteMediaPlaceholders(rendered);
-  PHI4MM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok.Encode(ph.text));
+  PHI4MM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok.Encode(ph.text, limits));
   return ExpandMediaTokens(ids, image_token_counts, audio_token_counts);
 }
 

@@ -21,10 +21,11 @@ namespace phi4mm {
 
 // Tokenizes an already rendered prompt: `<|image_N|>`/`<|audio_N|>` placeholders are renamed and
 // expanded to the given token counts (one count per image/audio, in order); a count mismatch is
-// an InvalidArgument naming both numbers.
+// an InvalidArgument naming both numbers. `limits` bound the text's tokens (before expansion).
 Result<std::vector<int32_t>> EncodePrompt(const Tokenizer& tok, std::string_view rendered,
                                           std::span<const int32_t> image_token_counts = {},
-                                          std::span<const int32_t> audio_token_counts = {});
+                                          std::span<const int32_t> audio_token_counts = {},
+                                          const EncodeLimits& limits = {});
 
 class Chat {
  public:

@@ -70,6 +70,10 @@ struct EngineRequest {
   PromptOptions prompt_options;  // dynamic_hd, conversation media flags (token_budget is ignored)
   GenerateOptions generate;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // What the caller holds on behalf of this request's media (a memory budget's share, say): the
+  // engine lets go of it, and of the preprocessed pixels and features, once every image and clip
+  // of the request is encoded (or the request ends).
+  std::shared_ptr<void> media_hold;
   // Engine thread; return false to cancel the request.
   std::function<bool(const StreamEvent&)> on_event;
   // Engine thread, before each sampling: the logits the next token is drawn from (tests, debugging).

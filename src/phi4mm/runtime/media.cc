@@ -19,7 +19,9 @@ struct Preprocessed {
   std::vector<int32_t> image_counts, audio_counts;
 };
 
-Result<Preprocessed> Preprocess(const ModelConfig& cfg, const MediaInputs& media, const PromptOptions& opts) {
+// `pixels` false: the images are only counted (PlanImage, from their size), not processed.
+Result<Preprocessed> Preprocess(const ModelConfig& cfg, const MediaInputs& media, const PromptOptions& opts,
+                                bool pixels = true) {
   if (opts.dynamic_hd < 0) return InvalidArgument("dynamic_hd must be >= 1 (or 0 for the checkpoint's default)");
   ImageProcessorOptions io;
   io.dynamic_hd = opts.dynamic_hd > 0 ? opts.dynamic_hd : cfg.preprocessor.dynamic_hd;
@@ -29,13 +31,22 @@ Result<Preprocessed> Preprocess(const ModelConfig& cfg, const MediaInputs& media
   ao.compression_rate = cfg.preprocessor.audio_compression_rate;
   ao.downsample_rate = cfg.preprocessor.audio_downsample_rate;
   Preprocessed p;
+  auto cancelled = [&] { return opts.cancel != nullptr && opts.cancel->load(std::memory_order_relaxed); };
   for (size_t k = 0; k < media.images.size(); ++k) {
+    if (cancelled()) return Cancelled("preprocessing was cancelled");
+    if (!pixels) {
+      auto plan = PlanImage(media.images[k].width, media.images[k].height, io);
+      if (!plan.ok()) return plan.status().WithContext("image " + std::to_string(k + 1));
+      p.image_counts.push_back(static_cast<int32_t>(plan->num_tokens));
+      continue;
+    }
     auto r = ProcessImage(media.images[k], io);
     if (!r.ok()) return r.status().WithContext("image " + std::to_string(k + 1));
     p.image_counts.push_back(static_cast<int32_t>(r->num_tokens));
     p.images.push_back(std::move(r).value());
   }
   for (size_t k = 0; k < media.audios.size(); ++k) {
+    if (cancelled()) return Cancelled("preprocessing was cancelled");
     auto r = ComputeAudioFeatures(media.audios[k], ao);
     if (!r.ok()) return r.status().WithContext("audio " + std::to_string(k + 1));
     p.audio_counts.push_back(static_cast<int32_t>(r->num_tokens));
@@ -78,7 +89,7 @@ std::string WithDefaultPlaceholders(std::string_view text, size_t num_images, si
 
 Result<PromptCount> CountPrompt(const ModelConfig& config, const Tokenizer& tokenizer, std::string_view rendered,
                                 const MediaInputs& media, const PromptOptions& opts, std::vector<int32_t>* ids_out) {
-  PHI4MM_ASSIGN_OR_RETURN(Preprocessed p, Preprocess(config, media, opts));
+  PHI4MM_ASSIGN_OR_RETURN(Preprocessed p, Preprocess(config, media, opts, /*pixels=*/false));
   PHI4MM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, EncodePrompt(tokenizer, rendered, p.image_counts, p.audio_counts));
   const PromptCount count = MakeCount(p, ids.size());
   if (ids_out != nullptr) *ids_out = std::move(ids);
@@ -90,10 +101,22 @@ Result<PreprocessedPrompt> PreprocessPrompt(const ModelConfig& config, const Tok
                                             const PromptOptions& opts, int64_t context_length) {
   PHI4MM_ASSIGN_OR_RETURN(Preprocessed p, Preprocess(config, media, opts));
   PreprocessedPrompt out;
-  PHI4MM_ASSIGN_OR_RETURN(out.ids, EncodePrompt(tokenizer, rendered, p.image_counts, p.audio_counts));
-  out.count = MakeCount(p, out.ids.size());
   const int64_t ctx = context_length > 0 ? context_length : config.text.max_position_embeddings;
   const int64_t budget = opts.token_budget >= 0 ? opts.token_budget : ctx;
+  // The text alone may not need more than the budget (its placeholders are one token each before
+  // expansion): a longer one is refused without encoding all of it.
+  EncodeLimits limits;
+  limits.max_tokens = budget;
+  limits.cancel = opts.cancel;
+  auto ids = EncodePrompt(tokenizer, rendered, p.image_counts, p.audio_counts, limits);
+  if (!ids.ok() && ids.status().code() == StatusCode::kOutOfRange)
+    return OutOfRange("the prompt's text needs more than " + std::to_string(budget) + " tokens but " +
+                      (budget == ctx ? "the model's context holds " + std::to_string(ctx)
+                                     : "only " + std::to_string(budget) + " tokens are left") +
+                      "; shorten it or start a new conversation");
+  if (!ids.ok()) return ids.status();
+  out.ids = std::move(ids).value();
+  out.count = MakeCount(p, out.ids.size());
   if (out.count.total_tokens > budget) {
     const std::string room = budget == ctx ? "the model's context holds " + std::to_string(ctx)
                                            : "only " + std::to_string(budget) + " of the model's " +

@@ -5,6 +5,7 @@
 // image or clip costs before paying for it.
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,9 @@ struct PromptOptions {
   // a conversation as one sequence.
   bool conversation_has_image = false;
   bool conversation_has_audio = false;
+  // Preprocessing stops with Cancelled once this turns true (a client that left); checked between
+  // media items and while the text is encoded.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct PromptCount {

@@ -69,6 +69,20 @@ void ReleaseDone(State& st) {
   st.done_later.clear();
 }
 
+// Every image and clip of the request has its features: the preprocessed pixels and log-mel
+// frames, and whatever the caller held for them (EngineRequest::media_hold), are let go.
+// Not before every item has its features: one whose rows came from the prefix cache may have to be
+// encoded after all (the LongRoPE switch recomputes the whole sequence).
+void ReleaseMediaInputs(Seq& s) {
+  for (const auto& f : s.image_feat)
+    if (!f) return;
+  for (const auto& f : s.audio_feat)
+    if (!f) return;
+  for (auto& im : s.images) im.reset();
+  for (AudioFeatures& a : s.prompt.audios) a = AudioFeatures{};
+  s.req.media_hold.reset();
+}
+
 // Queues the encoder runs this request still needs for positions >= from: media without features,
 // unless the media cache has them.
 void PlanEncoding(State& st, Seq& s, int64_t from) {
@@ -85,6 +99,7 @@ void PlanEncoding(State& st, Seq& s, int64_t from) {
     if (!feat) s.to_encode.push_back(item);
   }
   s.phase = s.to_encode.empty() ? Phase::kPrefilling : Phase::kEncoding;
+  if (s.to_encode.empty()) ReleaseMediaInputs(s);
 }
 
 bool Admit(const Model& m, State& st, Seq& s) {
@@ -188,7 +203,10 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
       s.job_seconds = 0;
       s.job = std::monostate();
       s.to_encode.pop_front();
-      if (s.to_encode.empty()) s.phase = Phase::kPrefilling;
+      if (s.to_encode.empty()) {
+        s.phase = Phase::kPrefilling;
+        ReleaseMediaInputs(s);
+      }
     }
     return true;
   }

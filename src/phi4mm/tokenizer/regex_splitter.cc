@@ -82,7 +82,7 @@ Result<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(const std::string& 
 
 RegexSplitter::~RegexSplitter() = default;
 
-Status RegexSplitter::Split(std::string_view text, std::vector<std::string_view>* pieces) const {
+Status RegexSplitter::Split(std::string_view text, std::vector<std::string_view>* pieces, size_t max_pieces) const {
   if (text.empty()) return Status::Ok();
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
   if (md == nullptr) return Internal("out of memory creating PCRE2 match data");
@@ -90,7 +90,7 @@ Status RegexSplitter::Split(std::string_view text, std::vector<std::string_view>
   size_t pos = 0;
   size_t gap_start = 0;
   Status status;
-  while (pos < text.size()) {
+  while (pos < text.size() && pieces->size() < max_pieces) {
     int rc = pcre2_match(impl_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
       // The JIT's machine stack is small; the interpreter keeps its backtracking state on the heap.
@@ -116,7 +116,8 @@ Status RegexSplitter::Split(std::string_view text, std::vector<std::string_view>
     pos = end;
     gap_start = end;
   }
-  if (status.ok() && keep_gaps_ && gap_start < text.size()) pieces->push_back(text.substr(gap_start));
+  if (status.ok() && keep_gaps_ && gap_start < text.size() && pieces->size() < max_pieces)
+    pieces->push_back(text.substr(gap_start));
   pcre2_match_data_free(md);
   return status;
 }

@@ -22,8 +22,10 @@ class RegexSplitter {
   RegexSplitter(const RegexSplitter&) = delete;
   RegexSplitter& operator=(const RegexSplitter&) = delete;
 
-  // Appends the pieces of `text` (valid UTF-8) to `pieces`, in order. Thread-safe.
-  Status Split(std::string_view text, std::vector<std::string_view>* pieces) const;
+  // Appends the pieces of `text` (valid UTF-8) to `pieces`, in order; stops once `pieces` holds
+  // `max_pieces`. Thread-safe.
+  Status Split(std::string_view text, std::vector<std::string_view>* pieces,
+               size_t max_pieces = static_cast<size_t>(-1)) const;
 
   // The pattern after the `\s` rewrite (for tests and diagnostics).
   const std::string& compiled_pattern() const { return compiled_pattern_; }

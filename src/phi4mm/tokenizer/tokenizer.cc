@@ -40,15 +40,30 @@ size_t PrevCharStart(std::string_view s, size_t end) {
 Tokenizer::Tokenizer() = default;
 Tokenizer::~Tokenizer() = default;
 
-Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) const {
+Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) const { return Encode(text, EncodeLimits{}); }
+
+Status Tokenizer::CheckLimit(const EncodeLimits& limits, size_t tokens, size_t next_bytes) const {
+  if (limits.max_tokens < 0) return Status::Ok();
+  const auto max = static_cast<size_t>(limits.max_tokens);
+  const size_t left = tokens <= max ? max - tokens : 0;
+  const auto per_token = static_cast<size_t>(max_token_bytes_);
+  if (tokens > max || (next_bytes > 0 && (next_bytes + per_token - 1) / per_token > left))
+    return OutOfRange("the text needs more than " + std::to_string(max) + " tokens");
+  return Status::Ok();
+}
+
+Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, const EncodeLimits& limits) const {
   if (auto bad = utf8::FindInvalid(text)) {
     char hex[8];
     std::snprintf(hex, sizeof(hex), "0x%02X", static_cast<unsigned>(static_cast<uint8_t>(text[*bad])));
     return InvalidArgument("text is not valid UTF-8: ill-formed sequence starting at byte offset " +
                            std::to_string(*bad) + " (byte " + hex + "); pass UTF-8 text");
   }
+  // No token covers more than max_token_bytes_ of the text: a text that long needs that many.
+  PHI4MM_RETURN_IF_ERROR(CheckLimit(limits, 0, text.size()));
   std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 4);
+  out.reserve(std::min<size_t>(text.size() / 3 + 4, limits.max_tokens >= 0 ? static_cast<size_t>(limits.max_tokens) + 1
+                                                                           : text.size() / 3 + 4));
   size_t segment_start = 0;
   size_t i = 0;
   while (i < text.size()) {
@@ -89,21 +104,37 @@ Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) const {
         stop += len;
       }
     }
-    PHI4MM_RETURN_IF_ERROR(EncodeSegment(text.substr(segment_start, start - segment_start), &out));
+    PHI4MM_RETURN_IF_ERROR(EncodeSegment(text.substr(segment_start, start - segment_start), limits, &out));
     out.push_back(match->id);
+    PHI4MM_RETURN_IF_ERROR(CheckLimit(limits, out.size(), 0));
     segment_start = stop;
     i = stop;
   }
-  PHI4MM_RETURN_IF_ERROR(EncodeSegment(text.substr(segment_start), &out));
+  PHI4MM_RETURN_IF_ERROR(EncodeSegment(text.substr(segment_start), limits, &out));
   return out;
 }
 
-Status Tokenizer::EncodeSegment(std::string_view segment, std::vector<int32_t>* out) const {
+Status Tokenizer::EncodeSegment(std::string_view segment, const EncodeLimits& limits, std::vector<int32_t>* out) const {
   if (segment.empty()) return Status::Ok();
+  if (limits.cancel != nullptr && limits.cancel->load(std::memory_order_relaxed))
+    return Cancelled("the text's encoding was cancelled");
   std::vector<std::string_view> pieces;
-  PHI4MM_RETURN_IF_ERROR(splitter_->Split(segment, &pieces));
-  for (std::string_view piece : pieces) EncodePiece(piece, out);
-  return Status::Ok();
+  // Every piece is at least one token: past the tokens left, the pieces need not be listed.
+  size_t max_pieces = static_cast<size_t>(-1);
+  if (limits.max_tokens >= 0) {
+    const auto max = static_cast<size_t>(limits.max_tokens);
+    max_pieces = (out->size() <= max ? max - out->size() : 0) + 1;
+  }
+  PHI4MM_RETURN_IF_ERROR(splitter_->Split(segment, &pieces, max_pieces));
+  if (pieces.size() >= max_pieces) return CheckLimit(limits, out->size() + pieces.size(), 0);
+  constexpr size_t kCheckEvery = 4096;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    if (limits.max_tokens >= 0) PHI4MM_RETURN_IF_ERROR(CheckLimit(limits, out->size(), pieces[k].size()));
+    if (limits.cancel != nullptr && k % kCheckEvery == kCheckEvery - 1 && limits.cancel->load(std::memory_order_relaxed))
+      return Cancelled("the text's encoding was cancelled");
+    EncodePiece(pieces[k], out);
+  }
+  return CheckLimit(limits, out->size(), 0);
 }
 
 void Tokenizer::EncodePiece(std::string_view piece, std::vector<int32_t>* out) const {

@@ -5,6 +5,8 @@
 // TokenStreamDecoder turns a stream of generated ids into text, holding back incomplete UTF-8.
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -20,6 +22,12 @@
 namespace phi4mm {
 
 class RegexSplitter;
+
+// Bounds on one Encode call (Tokenizer::Encode).
+struct EncodeLimits {
+  int64_t max_tokens = -1;                    // -1: none
+  const std::atomic<bool>* cancel = nullptr;  // checked every few thousand pieces
+};
 
 // One entry of tokenizer.json's "added_tokens".
 struct AddedToken {
@@ -47,6 +55,13 @@ class Tokenizer {
   // Encodes UTF-8 text. Added tokens in the text are recognised; no BOS/EOS is added. Invalid UTF-8
   // gives InvalidArgument naming the byte offset. Thread-safe.
   Result<std::vector<int32_t>> Encode(std::string_view text) const;
+  // The same, bounded: OutOfRange as soon as the text is known to need more than
+  // limits.max_tokens (before encoding a piece whose bytes alone exceed what is left, so a huge
+  // text costs at most about max_tokens * max_token_bytes() bytes of work), Cancelled once
+  // *limits.cancel turns true.
+  Result<std::vector<int32_t>> Encode(std::string_view text, const EncodeLimits& limits) const;
+  // The longest token in bytes (vocabulary and added tokens): no token covers more of a text.
+  int64_t max_token_bytes() const { return max_token_bytes_; }
   // Concatenates the token bytes of `ids` and returns them as UTF-8, with ill-formed parts replaced by
   // U+FFFD. skip_special drops tokens flagged special. Ids without a string decode to "".
   std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
@@ -72,7 +87,10 @@ class Tokenizer {
   friend class TokenizerLoader;
 
   // Encodes one segment that contains no added token.
-  Status EncodeSegment(std::string_view segment, std::vector<int32_t>* out) const;
+  Status EncodeSegment(std::string_view segment, const EncodeLimits& limits, std::vector<int32_t>* out) const;
+  // OutOfRange when `out` already holds more than limits.max_tokens, or `next_bytes` more bytes
+  // need more tokens than are left.
+  Status CheckLimit(const EncodeLimits& limits, size_t tokens, size_t next_bytes) const;
   // Byte-level BPE of one pre-tokenized piece.
   void EncodePiece(std::string_view piece, std::vector<int32_t>* out) const;
   void MergePiece(std::string_view piece, std::vector<int32_t>* out) const;
@@ -92,6 +110,7 @@ class Tokenizer {
   std::unique_ptr<RegexSplitter> splitter_;
   std::string chat_template_, bos_token_, eos_token_, pad_token_;
   int64_t model_max_length_ = 0;
+  int64_t max_token_bytes_ = 1;
 
   // Piece -> ids cache for short pieces; cleared when full.
   mutable std::mutex cache_mu_;

@@ -96,6 +96,10 @@ class TokenizerLoader {
     } catch (const std::exception& e) {
       return InvalidArgument(json_name + ": unexpected structure (" + e.what() + ")");
     }
+    for (const std::string& bytes : tok->id_to_bytes_)
+      tok->max_token_bytes_ = std::max(tok->max_token_bytes_, static_cast<int64_t>(bytes.size()));
+    for (const AddedToken& a : tok->added_tokens_)
+      tok->max_token_bytes_ = std::max(tok->max_token_bytes_, static_cast<int64_t>(a.content.size()));
     return std::shared_ptr<const Tokenizer>(std::move(tok));
   }
 

@@ -75,6 +75,12 @@ class BudgetHold {
   }
   // Adds `more` bytes already taken from the same budget.
   void Add(int64_t more) { bytes_ += more; }
+  // Gives back what is held beyond `bytes`.
+  void ShrinkTo(int64_t bytes) {
+    if (budget_ == nullptr || bytes >= bytes_) return;
+    budget_->Give(bytes_ - bytes);
+    bytes_ = bytes;
+  }
   int64_t bytes() const { return budget_ ? bytes_ : 0; }
 
  private:

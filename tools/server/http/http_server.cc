@@ -1003,6 +1003,15 @@ void Server::RoutePrefix(std::string method, std::string prefix, Run run, Handle
   impl_->routes.push_back({std::move(method), std::move(prefix), true, run, std::move(h)});
 }
 
+void Server::RunOnWorker(std::function<void()> f) {
+  {
+    std::lock_guard<std::mutex> l(impl_->work_mu);
+    if (impl_->work_stop) return;
+    impl_->work.push_back(std::move(f));
+  }
+  impl_->work_cv.notify_one();
+}
+
 void Server::SetScreen(Screen s) { impl_->screen = std::move(s); }
 void Server::SetErrorPage(ErrorPage p) { impl_->error_page = std::move(p); }
 void Server::SetOnResponse(std::function<void(const Request&, int)> f) { impl_->on_response = std::move(f); }

@@ -155,6 +155,10 @@ class Server {
   // Headers every response carries (before its own), made afresh for each (a request id, say).
   void SetDefaultHeaders(std::function<std::vector<Header>()> f);
 
+  // Runs `f` on a worker (the continuation of a request already taken in: not counted against
+  // max_pending). Dropped when the server stops.
+  void RunOnWorker(std::function<void()> f);
+
   // Binds (exclusively; a port in use or out of range is an error naming it) and starts serving.
   // Returns the bound port.
   Result<int> Start();
