@@ -4,6 +4,8 @@
 // the server allows (the oldest idle one makes room), oversized headers, pipelining, half-closed
 // clients, Expect: 100-continue, a port that is taken or out of range, a start that fails, and a
 // signal while the model loads. The process-level cases run the real binary (PHI4MM_CLI_PATH).
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#define STB_IMAGE_WRITE_STATIC
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -13,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include <stb/stb_image_write.h>
 
 #include "phi4mm/base/process_memory.h"
 #include "server_test_util.h"
@@ -194,6 +198,89 @@ TEST(ServerHostile, WhenFullTheOldestIdleConnectionMakesRoom) {
   // The evicted one is the first opened: the server closed it.
   EXPECT_EQ(ReadFor(idle[0], 1.0), "");
   for (int fd : idle) close(fd);
+}
+
+// A 4096x4096 PNG of flat blocks (small to send, 48 MiB to decode).
+std::string BigPng() {
+  constexpr int kSide = 4096;
+  std::vector<uint8_t> px(static_cast<size_t>(kSide) * kSide * 3);
+  for (int y = 0; y < kSide; ++y)
+    for (int x = 0; x < kSide; ++x)
+      for (int c = 0; c < 3; ++c) px[(static_cast<size_t>(y) * kSide + x) * 3 + c] = static_cast<uint8_t>(((x >> 9) * 37 + (y >> 9) * 91 + c * 50) & 255);
+  std::string png;
+  stbi_write_png_to_func([](void* ctx, void* data, int size) { static_cast<std::string*>(ctx)->append(static_cast<const char*>(data), static_cast<size_t>(size)); },
+                         &png, kSide, kSide, 3, px.data(), kSide * 3);
+  return png;
+}
+
+// 40 clients at once, each with a 4096x4096 PNG at detail high (36 crops: ~250 MiB to decode and
+// preprocess, 9,600 prompt tokens) on the trained fixture, against a 512 MiB media budget: the
+// requests that do not fit wait with their PNG only, and the process grows by no more than the
+// budget and the engine's own working set. The clients leave after 12 s; everything is released.
+TEST(ServerHostile, ManyLargeImagesStayWithinTheMediaBudget) {
+  auto trained = Model::Load(FixturePath("trained/orig"));
+  ASSERT_TRUE(trained.ok()) << trained.status().ToString();
+  server::ServerOptions so;
+  so.media_budget_bytes = int64_t{512} << 20;
+  EngineOptions eo;
+  eo.max_running = 2;
+  eo.kv_budget_bytes = int64_t{1} << 30;
+  eo.prefix_cache_bytes = int64_t{64} << 20;  // the caches have their own bounds; this test is about media
+  TestServer s = StartTestServer(so, eo, *trained);
+  ASSERT_GT(s.port, 0);
+  const std::string png = BigPng();
+  Json body = ChatBody({{{"role", "user"},
+                         {"content", {{{"type", "image_url"},
+                                       {"image_url", {{"url", "data:image/png;base64," + server::Base64Encode(png)},
+                                                      {"detail", "high"}}}},
+                                      {{"type", "text"}, {"text", "What is this?"}}}}}},
+                       1);
+  const std::string request = RawPost("/v1/chat/completions", body.dump());
+  Get(s.port, "/health");
+  const int64_t rss0 = ResidentBytes();
+  std::atomic<int64_t> rss_max{rss0};
+  std::atomic<bool> stop{false};
+  std::thread sampler([&] {
+    while (!stop) {
+      rss_max = std::max(rss_max.load(), ResidentBytes());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  constexpr int kClients = 40;
+  std::atomic<int> answered{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&] {
+      const int fd = RawConnect(s.port, request);
+      if (fd < 0) return;
+      if (StatusOf(ReadFor(fd, 12.0)) == 200) ++answered;
+      close(fd);
+    });
+  }
+  for (auto& c : clients) c.join();
+  // Requests whose clients left while they waited or decoded let go of the budget as they notice.
+  std::string metrics;
+  bool idle = false;
+  for (int i = 0; i < 600 && !idle; ++i) {
+    idle = WaitEngineIdle(s.port, 60, &metrics) && MetricValue(metrics, "phi4mm_media_budget_used_bytes") == 0 &&
+           MetricValue(metrics, "phi4mm_media_budget_waiting") == 0;
+    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  stop = true;
+  sampler.join();
+  const double growth_mib = static_cast<double>(rss_max.load() - rss0) / (1 << 20);
+  std::printf("[hostile] %d x 4096^2 PNG (%zu KiB) at detail high, 512 MiB media budget: %d answered within 12 s, "
+              "%.0f waited for the budget (its peak %.0f MiB), RSS growth at most %.0f MiB\n",
+              kClients, png.size() >> 10, answered.load(), MetricValue(metrics, "phi4mm_media_budget_waits_total"),
+              MetricValue(metrics, "phi4mm_media_budget_peak_bytes") / (1 << 20), growth_mib);
+  EXPECT_TRUE(idle);
+  EXPECT_GT(answered.load(), 0);
+  EXPECT_GT(MetricValue(metrics, "phi4mm_media_budget_waits_total"), 0) << "the budget never held anyone back";
+  EXPECT_EQ(MetricValue(metrics, "phi4mm_media_budget_used_bytes"), 0);
+  EXPECT_EQ(MetricValue(metrics, "phi4mm_media_budget_waiting"), 0);
+  // The budget, plus the engine's working set (vision activations, a 9,600-row prefill and its
+  // KV for two sequences) and the clients' own request bytes.
+  EXPECT_LT(growth_mib, 512 + 256);
 }
 
 TEST(ServerHostile, OversizedHeadersAre431) {

@@ -39,7 +39,8 @@ struct TestServer {
   server::Server* operator->() { return srv.get(); }
 };
 
-inline TestServer StartTestServer(server::ServerOptions so = {}, EngineOptions eo = {}) {
+inline TestServer StartTestServer(server::ServerOptions so = {}, EngineOptions eo = {},
+                                  std::shared_ptr<const Model> model = nullptr) {
   TestServer t;
   so.host = "127.0.0.1";
   so.port = 0;
@@ -49,7 +50,7 @@ inline TestServer StartTestServer(server::ServerOptions so = {}, EngineOptions e
   auto port = t.srv->Start();
   EXPECT_TRUE(port.ok()) << port.status().ToString();
   t.port = port.ok() ? *port : 0;
-  auto model = TinyModel("orig");
+  if (!model) model = TinyModel("orig");
   if (eo.kv_budget_bytes == 0) eo.kv_budget_bytes = int64_t{256} << 20;
   auto engine = Engine::Start(model, eo);
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();

@@ -101,7 +101,7 @@ struct ServeFlags {
   double request_timeout = 1800, drain_seconds = 30, sse_ping_seconds = 5;
   int64_t max_connections = 1024, max_connections_per_client = 256, http_workers = 4;
   double header_timeout = 10, body_timeout = 120, idle_timeout = 60;
-  int64_t media_budget_mb = 2048;
+  int64_t media_budget_mb = 1024;
   bool metrics_public = false;
   bool lazy_towers = false;
   void Register(CLI::App* app);

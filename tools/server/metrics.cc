@@ -218,6 +218,8 @@ std::string Metrics::Render(const BuildInfo& b, const EngineStats* e, const Serv
   Single(&out, "phi4mm_media_budget_used_bytes", "gauge",
          "Bytes of the media budget held by requests decoding media or waiting for their encoding.",
          static_cast<double>(g.media_budget_used));
+  Single(&out, "phi4mm_media_budget_peak_bytes", "gauge", "The most of the media budget ever held at once.",
+         static_cast<double>(g.media_budget_peak));
   Single(&out, "phi4mm_media_budget_waiting", "gauge", "Requests waiting for the media budget.",
          static_cast<double>(g.media_budget_waiting));
   Single(&out, "phi4mm_media_budget_waits_total", "counter", "Requests that had to wait for the media budget.",

@@ -38,7 +38,7 @@ struct BuildInfo {
 struct ServerGauges {
   int64_t connections = 0, connections_refused = 0, connections_evicted = 0, http_timeouts = 0;
   int64_t pending_handlers = 0, body_bytes = 0;
-  int64_t media_budget_bytes = 0, media_budget_used = 0, media_budget_waiting = 0;
+  int64_t media_budget_bytes = 0, media_budget_used = 0, media_budget_peak = 0, media_budget_waiting = 0;
 };
 
 class Metrics {

@@ -64,6 +64,7 @@ void InstallInfoRoutes(Server::Impl& s) {
     g.body_bytes = hs.buffered_body_bytes;
     g.media_budget_bytes = s.media_budget.limit();
     g.media_budget_used = s.media_budget.used();
+    g.media_budget_peak = s.media_budget.peak();
     g.media_budget_waiting = s.media_budget.waiting();
     r.body = s.metrics.Render(s.opts.build, st ? &*st : nullptr, g);
     ex.Send(std::move(r));

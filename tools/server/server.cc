@@ -2,6 +2,10 @@
 // handling: the API-key check and the 503 while loading or draining (the HTTP layer's screen, run
 // before a body is read), OpenAI-format bodies for the HTTP layer's own refusals (404, 405, 408,
 // 413, 431, 503), and request counting.
+#if __has_include(<malloc.h>)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 
 #include "response.h"
@@ -102,6 +106,9 @@ Server::~Server() { Stop(); }
 
 Result<int> Server::Start() {
   Impl& s = *impl_;
+#ifdef M_MMAP_THRESHOLD
+  if (s.opts.return_freed_memory) mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
   s.http.SetScreen([&s](const http::Request& req) -> std::optional<http::Response> {
     if (!s.opts.api_keys.empty() && !Public(req.path, s.opts)) {
       const std::string_view auth = req.header("authorization");

@@ -32,7 +32,12 @@ struct ServerOptions {
   http::Options http;
   // Bytes of decoded media and preprocessed pixels that requests may hold before the engine has
   // encoded them; a request whose media do not fit waits (its compressed bytes only) until they do.
-  int64_t media_budget_bytes = int64_t{2} << 30;
+  int64_t media_budget_bytes = int64_t{1} << 30;
+  // Large buffers (decoded images, their crops) go back to the system when freed (glibc:
+  // mallopt(M_MMAP_THRESHOLD, 1 MiB), process-wide, at Start): otherwise malloc keeps what each
+  // worker thread freed in its own arena, and the resident size stays at the sum of their peaks
+  // whatever the media budget holds.
+  bool return_freed_memory = true;
   BuildInfo build;
   std::string transcribe_prompt = "Transcribe the audio clip into text.";
   std::string translate_prompt = "Translate the audio to English.";
