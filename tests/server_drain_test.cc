@@ -36,7 +36,7 @@ std::future<HttpResult> StartStream(int port, int max_tokens) {
   auto f = std::async(std::launch::async, [port, max_tokens] {
     return Post(port, "/v1/chat/completions", StreamBody(max_tokens).dump());
   });
-  for (int i = 0; i < 200 && MetricValue(Get(port, "/metrics").body, "phi4mm_requests_running") < 1; ++i)
+  for (int i = 0; i < 3000 && MetricValue(Get(port, "/metrics").body, "phi4mm_requests_running") < 1; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return f;
 }

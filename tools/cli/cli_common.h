@@ -94,7 +94,9 @@ struct ServeFlags {
   std::vector<std::string> api_keys;
   std::string api_key_file, alias, media_dir;
   int64_t max_running = 8, max_queue = 256, prefill_chunk = 128;
-  double kv_budget_gb = 0;
+  double kv_budget_gb = 0, kv_swap_gb = -1;
+  std::string kv_swap_dir;
+  int64_t prefix_cache_mb = 1024, media_cache_mb = 256;
   int64_t max_body_mb = 32, max_media_mb = 20, max_images = 8, max_audios = 4;
   int64_t max_image_pixels = 4096 * 4096, max_audio_seconds = 600;
   int64_t dynamic_hd = 0, max_dynamic_hd = 0, default_max_tokens = 2048;

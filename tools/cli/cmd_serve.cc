@@ -37,6 +37,15 @@ void ServeFlags::Register(CLI::App* app) {
   app->add_option("--kv-budget-gb", kv_budget_gb, "KV-cache budget in GiB; 0 = half the available memory")
       ->capture_default_str();
   app->add_option("--prefill-chunk", prefill_chunk, "Prompt rows per engine step")->capture_default_str();
+  app->add_option("--kv-swap-dir", kv_swap_dir,
+                  "Where the caches of preempted requests are swapped out (default: the temporary directory; put it "
+                  "on a disk, not tmpfs, to free memory)");
+  app->add_option("--kv-swap-gb", kv_swap_gb,
+                  "Swap space for preempted caches in GiB; -1 = the KV budget's size, 0 = recompute them instead")
+      ->capture_default_str();
+  app->add_option("--prefix-cache-mb", prefix_cache_mb, "KV of finished requests kept for reuse by later turns")
+      ->capture_default_str();
+  app->add_option("--media-cache-mb", media_cache_mb, "Encoded images and clips kept for reuse")->capture_default_str();
   app->add_option("--max-body-mb", max_body_mb, "Largest request body (413 beyond)")->capture_default_str();
   app->add_option("--max-media-mb", max_media_mb, "Largest image or audio item, encoded (413 beyond)")
       ->capture_default_str();
@@ -175,13 +184,16 @@ int ServeCommand(const ServeFlags& f) {
       f.max_audio_seconds < 1 || f.max_audio_seconds > kMaxAudioSeconds || f.request_timeout <= 0 ||
       f.drain_seconds < 0 || f.dynamic_hd < 0 || f.max_dynamic_hd < 0 || f.default_max_tokens < 1 ||
       f.max_connections < 1 || f.max_connections_per_client < 1 || f.http_workers < 1 || f.header_timeout <= 0 ||
-      f.body_timeout <= 0 || f.idle_timeout <= 0 || f.media_budget_mb < 1)
+      f.body_timeout <= 0 || f.idle_timeout <= 0 || f.media_budget_mb < 1 || f.prefix_cache_mb < 0 ||
+      f.media_cache_mb < 0)
     return ReportError(InvalidArgument("serve limits must be positive (and --max-audio-seconds at most " +
                                        std::to_string(kMaxAudioSeconds) + ")"));
   auto keys = ApiKeys(f);
   if (!keys.ok()) return ReportError(keys.status());
   if (!f.media_dir.empty() && !std::filesystem::is_directory(f.media_dir))
     return ReportError(InvalidArgument("--media-dir " + f.media_dir + " is not a folder"));
+  if (!f.kv_swap_dir.empty() && !std::filesystem::is_directory(f.kv_swap_dir))
+    return ReportError(InvalidArgument("--kv-swap-dir " + f.kv_swap_dir + " is not a folder"));
 
   server::ServerOptions so;
   so.host = f.host;
@@ -238,6 +250,10 @@ int ServeCommand(const ServeFlags& f) {
   eo.max_queue = f.max_queue;
   eo.prefill_chunk = f.prefill_chunk;
   eo.kv_budget_bytes = static_cast<int64_t>(f.kv_budget_gb * static_cast<double>(int64_t{1} << 30));
+  eo.kv_swap_dir = f.kv_swap_dir;
+  eo.kv_swap_bytes = f.kv_swap_gb < 0 ? -1 : static_cast<int64_t>(f.kv_swap_gb * static_cast<double>(int64_t{1} << 30));
+  eo.prefix_cache_bytes = f.prefix_cache_mb << 20;
+  eo.media_cache_bytes = f.media_cache_mb << 20;
   auto engine = Engine::Start(*model, eo);
   if (!engine.ok()) return ReportError(engine.status());
   srv.SetEngine(*model, std::move(engine).value());

@@ -6,6 +6,7 @@
 namespace phi4mm::server {
 
 ApiError InvalidRequest(std::string param, std::string message, std::string code) {
+  if (code.empty()) code = "invalid_request";
   return {400, "invalid_request_error", std::move(message), std::move(param), std::move(code), 0};
 }
 
@@ -14,10 +15,10 @@ ApiError NotSupported(std::string param, std::string message) {
 }
 
 ApiError Unavailable(std::string message, int retry_after_seconds) {
-  return {503, "unavailable_error", std::move(message), "", "", retry_after_seconds};
+  return {503, "unavailable_error", std::move(message), "", "unavailable", retry_after_seconds};
 }
 
-ApiError ServerError(std::string message) { return {500, "server_error", std::move(message), "", "", 0}; }
+ApiError ServerError(std::string message) { return {500, "server_error", std::move(message), "", "internal_error", 0}; }
 
 ApiError FromStatus(const Status& st, std::string param) {
   switch (st.code()) {
@@ -32,8 +33,11 @@ ApiError FromStatus(const Status& st, std::string param) {
       return InvalidRequest(std::move(param), st.message(), "context_length_exceeded");
     case StatusCode::kResourceExhausted:
       return {429, "rate_limit_error", st.message(), "", "server_overloaded", 1};
-    case StatusCode::kCancelled:
-      return Unavailable(st.message(), 5);
+    case StatusCode::kCancelled: {
+      ApiError e = Unavailable(st.message(), 5);
+      e.code = "cancelled";
+      return e;
+    }
     case StatusCode::kDeadlineExceeded:
       return {504, "timeout_error", st.message(), "", "request_timeout", 0};
     default:

@@ -15,7 +15,7 @@ struct ApiError {
   std::string type;
   std::string message;
   std::string param;  // JSON path of the offending field; empty = null
-  std::string code;   // a machine-readable reason; empty = null
+  std::string code;   // a machine-readable reason (every error the server sends has one)
   int retry_after_seconds = 0;  // sent as Retry-After when > 0
   bool ok() const { return status == 0; }
 };

@@ -5,6 +5,8 @@
 // plain one as one response sent when the answer is over, with the status the outcome deserves
 // (200, or the error's own status: a failure after admission is never a 200). A client that goes
 // away cancels its request in whatever phase (queued, encoding, prefilling, decoding).
+#include <algorithm>
+#include <cmath>
 #include <ctime>
 
 #include "answer_builder.h"
@@ -254,7 +256,9 @@ void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, const ht
   if (!handle.ok()) {
     EndCall(call);
     if (handle.status().code() == StatusCode::kCancelled && ex.client_gone()) return;
-    return SendError(ex, FromStatus(handle.status(), "messages"));
+    ApiError e = FromStatus(handle.status(), "messages");
+    if (e.status == 429) e.retry_after_seconds = RetryAfterSeconds();
+    return SendError(ex, e);
   }
   // The decoded images and clips are gone; what the engine keeps until it has encoded them stays.
   if (media_hold) media_hold->ShrinkTo(held_bytes);
@@ -267,6 +271,16 @@ void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, const ht
   if (cancel_now) handle->Cancel();
   ex.OnClientGone([call] { call->Cancel("disconnect"); });
   writer->Begin();
+}
+
+int Server::Impl::RetryAfterSeconds() const {
+  std::shared_lock<std::shared_mutex> l(model_mu);
+  if (!engine) return 5;
+  const EngineStats st = engine->stats();
+  // The queue ahead drains max_running requests per recent request time.
+  const double wait = static_cast<double>(st.waiting + 1) * metrics.RecentRequestSeconds() /
+                      static_cast<double>(std::max<int64_t>(1, engine->options().max_running));
+  return static_cast<int>(std::clamp(std::ceil(wait), 1.0, 120.0));
 }
 
 void Server::Impl::EndCall(const std::shared_ptr<Call>& call) {

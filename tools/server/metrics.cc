@@ -112,9 +112,16 @@ void Metrics::ObserveResult(const RequestResult& r) {
   cached_ += static_cast<uint64_t>(r.cached_prompt_tokens);
   if (!r.generation.tokens.empty()) ttft_.Observe(r.time_to_first_token);
   e2e_.Observe(r.total_seconds);
+  recent_seconds_ = have_recent_ ? 0.9 * recent_seconds_ + 0.1 * r.total_seconds : r.total_seconds;
+  have_recent_ = true;
   queue_.Observe(r.queue_seconds);
   for (double s : r.image_encode_seconds) image_encode_.Observe(s);
   for (double s : r.audio_encode_seconds) audio_encode_.Observe(s);
+}
+
+double Metrics::RecentRequestSeconds() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return recent_seconds_;
 }
 
 void Metrics::CountMediaWait() {
@@ -193,6 +200,15 @@ std::string Metrics::Render(const BuildInfo& b, const EngineStats* e, const Serv
            static_cast<double>(e->expired));
     Single(&out, "phi4mm_engine_refused_total", "counter", "Requests the engine refused at submission.",
            static_cast<double>(e->refused));
+    Single(&out, "phi4mm_kv_preemptions_total", "counter",
+           "Running requests preempted because the KV budget had no room for their next block.",
+           static_cast<double>(e->preempted));
+    Single(&out, "phi4mm_kv_swapped_in_total", "counter", "Preempted caches read back from the swap space.",
+           static_cast<double>(e->swapped_in));
+    Single(&out, "phi4mm_kv_recomputed_total", "counter", "Preempted caches recomputed (swap off or full).",
+           static_cast<double>(e->recomputed));
+    Single(&out, "phi4mm_kv_swap_bytes", "gauge", "KV bytes swapped out to files (--kv-swap-gb).",
+           static_cast<double>(e->kv_swap_bytes));
     Single(&out, "phi4mm_prefix_cache_bytes", "gauge", "KV bytes the prefix cache holds (--prefix-cache-mb).",
            static_cast<double>(e->prefix.bytes));
     Single(&out, "phi4mm_prefix_cache_entries", "gauge", "Sequences the prefix cache holds.",

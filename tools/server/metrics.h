@@ -52,6 +52,9 @@ class Metrics {
   void ObserveInterToken(double seconds);
   // A request whose media had to wait for the media budget.
   void CountMediaWait();
+  // The recent requests' time from submission to their last token (an exponential average; a few
+  // seconds before any has finished): what Retry-After is estimated from.
+  double RecentRequestSeconds() const;
   std::string Render(const BuildInfo& build, const EngineStats* engine, const ServerGauges& server = {}) const;
 
  private:
@@ -59,6 +62,8 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, uint64_t> rejected_, cancelled_;
   uint64_t prompt_text_ = 0, prompt_image_ = 0, prompt_audio_ = 0, generated_ = 0, cached_ = 0, media_waits_ = 0;
+  double recent_seconds_ = 5;  // RecentRequestSeconds
+  bool have_recent_ = false;
   Histogram ttft_, itl_, e2e_, queue_, image_encode_, audio_encode_;
 };
 

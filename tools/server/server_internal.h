@@ -68,6 +68,8 @@ struct Server::Impl {
   // it shrinks to `held_bytes`, and the engine lets go of it once the media are encoded.
   void Generate(ParsedRequest req, const OutputFormat& fmt, const http::Exchange& ex,
                 std::shared_ptr<http::BudgetHold> media_hold = nullptr, int64_t held_bytes = 0);
+  // Retry-After for a request the engine's queue refused: the queue ahead at the recent pace.
+  int RetryAfterSeconds() const;
   // The call's response is over (sent, or its client gone): Drain stops waiting on it.
   void EndCall(const std::shared_ptr<Call>& call);
   // Admission before work (admission.cc): plans the request's media from their headers, refuses a

@@ -61,6 +61,48 @@ void KvCache::Reserve(int64_t positions) {
   fixed_ = true;
 }
 
+void KvCache::Grow(int64_t positions) {
+  if (positions <= capacity_) return;
+  const bool fixed = fixed_;
+  fixed_ = false;
+  const int64_t old = capacity_;
+  const size_t n = static_cast<size_t>(positions) * row_bytes(), hb = head_bytes();
+  // One buffer at a time, each exactly the new size (a vector's resize could double it).
+  for (auto* layer_planes : {&k_, &v_})
+    for (std::vector<uint8_t>& buf : *layer_planes) {
+      std::vector<uint8_t> grown(n);
+      if (length_ > 0)
+        for (int64_t g = 0; g < kv_heads_; ++g)
+          std::memcpy(grown.data() + g * positions * hb, buf.data() + g * old * hb, static_cast<size_t>(length_) * hb);
+      buf.swap(grown);
+    }
+  capacity_ = positions;
+  fixed_ = fixed;
+}
+
+void KvCache::ForEachRun(const std::function<void(const uint8_t*, size_t)>& f) const {
+  const size_t hb = head_bytes(), plane = static_cast<size_t>(capacity_) * hb, run = static_cast<size_t>(length_) * hb;
+  for (size_t l = 0; l < k_.size(); ++l)
+    for (const auto* buf : {&k_[l], &v_[l]})
+      for (int64_t g = 0; g < kv_heads_; ++g) f(buf->data() + g * plane, run);
+}
+
+bool KvCache::FillRuns(int64_t length, int64_t capacity, bool long_rope,
+                       const std::function<bool(uint8_t*, size_t)>& read) {
+  Reserve(std::max(length, capacity));
+  const size_t hb = head_bytes(), plane = static_cast<size_t>(capacity_) * hb, run = static_cast<size_t>(length) * hb;
+  for (size_t l = 0; l < k_.size(); ++l)
+    for (auto* buf : {&k_[l], &v_[l]})
+      for (int64_t g = 0; g < kv_heads_; ++g)
+        if (!read(buf->data() + g * plane, run)) {
+          Clear();
+          return false;
+        }
+  length_ = length;
+  long_rope_ = length > 0 && long_rope;
+  return true;
+}
+
 Status KvCache::CopyPrefixFrom(const KvCache& src, int64_t n) {
   if (src.k_.size() != k_.size() || src.kv_heads_ != kv_heads_ || src.head_dim_ != head_dim_ || src.dtype_ != dtype_)
     return InvalidArgument("KV caches of different shapes or element types");

@@ -5,6 +5,7 @@
 // lm_head. Weights are immutable and shared by every session; the KV cache is per session.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -55,6 +56,16 @@ class KvCache {
   Status CopyPrefixFrom(const KvCache& src, int64_t n);
   // Forgets positions >= n (they are recomputed or overwritten later).
   void Truncate(int64_t n);
+  // Grows the room to exactly `positions` (a scheduler growing a reservation block by block),
+  // keeping what is cached; never shrinks.
+  void Grow(int64_t positions);
+  // The cached positions as byte runs, one per layer, K or V, and KV head, in that order (what a
+  // scheduler writes out to swap a sequence out of memory).
+  void ForEachRun(const std::function<void(const uint8_t* data, size_t bytes)>& f) const;
+  // Refills an empty cache with `length` positions from runs in ForEachRun's order, with room for
+  // `capacity` positions; `read` fills each run and returns false on failure (then the cache is
+  // left empty).
+  bool FillRuns(int64_t length, int64_t capacity, bool long_rope, const std::function<bool(uint8_t* data, size_t bytes)>& read);
   // Bytes allocated (capacity, not length).
   size_t bytes() const;
   int64_t row_floats() const { return kv_heads_ * head_dim_; }

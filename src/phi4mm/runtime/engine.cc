@@ -71,6 +71,7 @@ Result<std::unique_ptr<Engine>> Engine::Start(std::shared_ptr<const Model> model
   if (opts.max_running < 1) return InvalidArgument("max running sequences must be >= 1");
   if (opts.max_queue < 0) return InvalidArgument("max queued requests must be >= 0");
   if (opts.prefill_chunk < 1) return InvalidArgument("prefill chunk must be >= 1 position");
+  if (opts.kv_block < 1) return InvalidArgument("the KV block must be >= 1 position");
   if (opts.vision_layers_per_slice < 1 || opts.speech_blocks_per_slice < 1)
     return InvalidArgument("encoder slices must hold at least one crop / block");
   if (opts.prefix_cache_bytes < 0 || opts.media_cache_bytes < 0 || opts.kv_budget_bytes < 0)
@@ -98,6 +99,7 @@ EngineStats Engine::stats() const {
   s.kv_reserved_bytes = st_->budget.reserved();
   s.kv_budget_bytes = st_->budget.limit();
   s.prefix = st_->prefix.stats();
+  s.kv_swap_bytes = st_->swap.used();
   s.media = st_->media.stats();
   return s;
 }
@@ -130,13 +132,13 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   }
   const int64_t n = static_cast<int64_t>(seq->prompt.ids.size());
   if (n == 0) return InvalidArgument("the prompt is empty");
-  seq->positions = std::min(ctx, n + request.generate.max_new_tokens);
-  const int64_t need = KvBytesFor(seq->positions);
+  seq->max_positions = std::min(ctx, n + request.generate.max_new_tokens);
+  const int64_t need = KvBytesFor(seq->max_positions);
   if (need > st_->budget.limit()) {
     std::lock_guard<std::mutex> l(st_->mu);
     ++st_->counters.refused;
-    return OutOfRange("the request needs " + std::to_string(seq->positions) + " positions (" + std::to_string(n) +
-                      " prompt + " + std::to_string(seq->positions - n) + " new tokens) = " +
+    return OutOfRange("the request may need " + std::to_string(seq->max_positions) + " positions (" + std::to_string(n) +
+                      " prompt + " + std::to_string(seq->max_positions - n) + " new tokens) = " +
                       std::to_string(need >> 20) + " MiB of KV cache, but the engine's whole KV budget is " +
                       std::to_string(st_->budget.limit() >> 20) +
                       " MiB; ask for fewer new tokens, shorten the prompt, or raise the KV budget");

@@ -3,9 +3,14 @@
 // done); every loop iteration the scheduler
 //   1. ends requests that were cancelled or whose deadline passed (their KV reservation is given
 //      back at once, whatever their phase),
-//   2. admits queued requests in order while fewer than max_running run and their worst-case KV
-//      cache (prompt + max new tokens) fits the byte budget (a request that could never fit is
-//      refused at Submit, not queued), reusing the longest cached prefix of an earlier request,
+//   2. admits queued requests in order while fewer than max_running run and the KV they need now
+//      (their prompt and one block of kv_block positions) fits the byte budget with a block to
+//      spare for each running request (a request whose worst case, prompt + max new tokens, could
+//      never fit the whole budget is refused at Submit, not queued), reusing the longest cached
+//      prefix of an earlier request; a running request's cache grows a block at a time, and when
+//      the budget has no room for that, the youngest running request is preempted: its cache is
+//      swapped out to a file (kv_swap_*; or, when swapping is off or full, dropped and recomputed
+//      later) and it waits at the head of the queue, to continue where it stopped,
 //   3. runs one slice of encoder work (a few image crops or one Conformer block), so a new image
 //      never stalls running answers for more than a slice,
 //   4. runs one batched decoder step (Decoder::Step) over one row of every decoding request plus
@@ -38,6 +43,9 @@ struct EngineOptions {
   int64_t max_running = 8;             // sequences in the batch
   int64_t max_queue = 32;              // admitted-later requests waiting; Submit refuses beyond
   int64_t kv_budget_bytes = 0;         // 0 = half of the memory available when the engine starts
+  int64_t kv_block = 256;              // positions a running request's cache grows by at a time
+  std::string kv_swap_dir;             // where preempted caches go ("" = the temporary directory)
+  int64_t kv_swap_bytes = -1;          // their limit; -1 = the KV budget's size, 0 = recompute instead
   int64_t prefill_chunk = 128;         // prompt rows per step, over all prefilling requests
   int64_t prefix_cache_bytes = int64_t{1} << 30;
   int64_t media_cache_bytes = int64_t{256} << 20;
@@ -127,6 +135,9 @@ struct EngineStats {
   std::array<int64_t, kStepRowBounds.size() + 1> step_rows{};
   int64_t vision_crops = 0, speech_blocks = 0, images_encoded = 0, audios_encoded = 0;
   int64_t finished = 0, cancelled = 0, expired = 0, refused = 0;
+  // Preemptions (the budget had no room for a running request's next block), and how the
+  // preempted caches came back: read from swap, or recomputed. The swap space in use.
+  int64_t preempted = 0, swapped_in = 0, recomputed = 0, kv_swap_bytes = 0;
   PrefixCacheStats prefix;
   MediaCacheStats media;
   // With EngineOptions::profile_steps: the decode-only steps, their rows, and their wall time by

@@ -12,6 +12,7 @@
 
 #include "phi4mm/runtime/answer_stream.h"
 #include "phi4mm/runtime/engine.h"
+#include "phi4mm/runtime/kv_swap.h"
 
 namespace phi4mm {
 
@@ -56,7 +57,10 @@ struct Seq {
   std::vector<MediaRef> media_ref;  // per prompt position
   std::vector<uint64_t> keys;       // per prompt position (prefix cache)
   std::vector<int32_t> tokens;      // prompt + generated
-  int64_t positions = 0;            // reserved KV positions
+  int64_t positions = 0;            // KV positions reserved now (the cache's room)
+  int64_t max_positions = 0;        // the most it can need: prompt + max new tokens, within the context
+  SwappedKv swapped;                // the cache while the request is preempted (empty: recompute)
+  int64_t preemptions = 0;
   Phase phase = Phase::kQueued;
   KvCache cache;
   KvReservation reservation;
@@ -70,14 +74,19 @@ struct Seq {
   std::vector<int32_t> stop_ids;
   RequestResult result;
   Clock::time_point submitted, admitted, first_token;
+  Clock::time_point readmitted;  // the latest admission (preemption takes the latest first)
   bool has_first_token = false;
   bool finished = false;
 };
 
 struct State {
   explicit State(const EngineOptions& o)
-      : budget(o.kv_budget_bytes), prefix(o.prefix_cache_bytes), media(o.media_cache_bytes) {}
+      : budget(o.kv_budget_bytes),
+        swap(o.kv_swap_dir, o.kv_swap_bytes < 0 ? o.kv_budget_bytes : o.kv_swap_bytes),
+        prefix(o.prefix_cache_bytes),
+        media(o.media_cache_bytes) {}
   KvBudget budget;
+  KvSwap swap;  // engine thread only
   PrefixCache prefix;
   MediaCache media;
   mutable std::mutex mu;  // guards incoming, stop, counters below

@@ -1,7 +1,7 @@
-// The byte budget the batched engine's KV caches come from. A request is admitted only once its
-// worst case — (prompt + max new tokens) positions — is reserved here, so a running answer can
-// never run out of cache memory; a reservation is returned the moment its request ends, is
-// cancelled or expires. Thread-safe: the engine thread reserves and releases, metrics read.
+// The byte budget the batched engine's KV caches come from. A request reserves what its cache
+// holds now (its prompt and a block) when it is admitted, and one block more each time its cache
+// grows; a reservation is returned the moment its request ends, is cancelled, expires or is
+// preempted. Thread-safe: the engine thread reserves and releases, metrics read.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,12 @@ class KvReservation {
   KvReservation& operator=(const KvReservation&) = delete;
   ~KvReservation() { Reset(); }
   void Reset();
+  // Adds `more` bytes if they fit the budget now.
+  bool TryGrow(int64_t more) {
+    if (budget_ == nullptr || !budget_->TryReserve(more)) return false;
+    bytes_ += more;
+    return true;
+  }
   int64_t bytes() const { return budget_ ? bytes_ : 0; }
 
  private:

@@ -102,23 +102,107 @@ void PlanEncoding(State& st, Seq& s, int64_t from) {
   if (s.to_encode.empty()) ReleaseMediaInputs(s);
 }
 
-bool Admit(const Model& m, State& st, Seq& s) {
+// The positions a request reserves when it is admitted: what its cache will hold once its rows so
+// far are in (the prompt, or everything up to a preemption) and the next block, within its worst case.
+int64_t AdmitPositions(const EngineOptions& o, const Seq& s) {
+  const int64_t need = static_cast<int64_t>(s.tokens.size()) + 1;
+  return std::min(s.max_positions, (need + o.kv_block - 1) / o.kv_block * o.kv_block);
+}
+
+// Admits the request if the KV it needs now fits with a block to spare for each running request
+// (so the running ones can grow before anything must be preempted). A preempted request comes back
+// with its cache read from swap, or empty to be recomputed.
+bool Admit(const Model& m, const EngineOptions& o, State& st, Seq& s) {
   const Decoder& dec = m.decoder();
-  const int64_t bytes = s.positions * dec.kv_bytes_per_token();
+  const int64_t positions = AdmitPositions(o, s);
+  const int64_t bytes = positions * dec.kv_bytes_per_token();
+  const int64_t spare = static_cast<int64_t>(st.running.size()) * o.kv_block * dec.kv_bytes_per_token();
+  if (bytes + spare > st.budget.limit() - st.budget.reserved() && !st.running.empty()) return false;
   if (!st.budget.TryReserve(bytes)) return false;
   s.reservation = KvReservation(&st.budget, bytes);
+  s.positions = positions;
   s.cache = dec.NewCache();
-  s.cache.Reserve(s.positions);
   const int64_t n = static_cast<int64_t>(s.prompt.ids.size());
-  s.long_rope = dec.rotary().UseLong(n);
-  // At most n - 1 positions come from the cache: the prompt's last row runs to give the logits.
-  const PrefixCache::Match match = st.prefix.Find(s.prompt.mode, s.long_rope, s.keys, n - 1);
-  if (match.length > 0 && s.cache.CopyPrefixFrom(match.entry->cache, match.length).ok())
-    s.result.cached_prompt_tokens = match.length;
-  s.admitted = Clock::now();
-  s.result.queue_seconds = Seconds(s.submitted, s.admitted);
+  if (s.preemptions > 0) {
+    bool restored = false;
+    if (!s.swapped.empty()) restored = st.swap.In(s.swapped, positions, &s.cache).ok();
+    if (!restored) s.cache.Reserve(positions);
+    std::lock_guard<std::mutex> l(st.mu);
+    ++(restored ? st.counters.swapped_in : st.counters.recomputed);
+  } else {
+    s.cache.Reserve(positions);
+    s.long_rope = dec.rotary().UseLong(n);
+    // At most n - 1 positions come from the cache: the prompt's last row runs to give the logits.
+    const PrefixCache::Match match = st.prefix.Find(s.prompt.mode, s.long_rope, s.keys, n - 1);
+    if (match.length > 0 && s.cache.CopyPrefixFrom(match.entry->cache, match.length).ok())
+      s.result.cached_prompt_tokens = match.length;
+    s.admitted = Clock::now();
+    s.result.queue_seconds = Seconds(s.submitted, s.admitted);
+  }
+  s.readmitted = Clock::now();
   PlanEncoding(st, s, s.cache.length());
   return true;
+}
+
+// Frees the KV of a running request and puts it back at the head of the queue: its cache is
+// swapped out when the swap space takes it (and read back at its next admission), else dropped
+// (its rows are recomputed then).
+void Preempt(State& st, std::unique_ptr<Seq> sp) {
+  Seq& s = *sp;
+  if (s.cache.length() > 0 && st.swap.limit() > 0) {
+    auto out = st.swap.Out(s.cache);
+    if (out.ok()) s.swapped = std::move(out).value();
+  }
+  s.cache = KvCache();
+  s.reservation.Reset();
+  s.positions = 0;
+  s.phase = Phase::kQueued;
+  s.to_encode.clear();
+  ++s.preemptions;
+  {
+    std::lock_guard<std::mutex> l(st.mu);
+    ++st.counters.preempted;
+    --st.counters.running;
+    ++st.counters.waiting;
+  }
+  st.waiting.push_front(std::move(sp));
+}
+
+// Gives every decoding request room for its next row: a block more where its cache is full,
+// preempting the youngest running request (perhaps the one growing) while the budget has no room.
+void MakeRoomToDecode(const Model& m, const EngineOptions& o, State& st) {
+  const int64_t per_token = m.decoder().kv_bytes_per_token();
+  for (size_t i = 0; i < st.running.size(); ++i) {
+    Seq& s = *st.running[i];
+    if (s.finished || s.phase != Phase::kDecoding) continue;
+    const int64_t need = static_cast<int64_t>(s.tokens.size());  // positions once this row is in
+    if (need <= s.positions) continue;
+    const int64_t grown = std::min(s.max_positions, s.positions + o.kv_block);
+    for (;;) {
+      if (s.reservation.TryGrow((grown - s.positions) * per_token)) {
+        s.cache.Grow(grown);
+        s.positions = grown;
+        break;
+      }
+      // The youngest running request that holds KV makes room.
+      size_t victim = st.running.size();
+      for (size_t k = 0; k < st.running.size(); ++k) {
+        const Seq& c = *st.running[k];
+        if (c.finished || c.reservation.bytes() == 0) continue;
+        if (victim == st.running.size() || c.readmitted > st.running[victim]->readmitted) victim = k;
+      }
+      if (victim == st.running.size()) break;  // nothing to take from: cannot happen, Submit checks
+      std::unique_ptr<Seq> v = std::move(st.running[victim]);
+      st.running.erase(st.running.begin() + static_cast<std::ptrdiff_t>(victim));
+      const bool self = v.get() == &s;
+      Preempt(st, std::move(v));
+      if (self) {
+        --i;  // the request at i moved out; the next one took its place
+        break;
+      }
+      if (victim < i) --i;
+    }
+  }
 }
 
 // One slice of encoder work for the first request that needs it; false when none does.
@@ -393,9 +477,10 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
       st.nudged = false;
     }
     Reap(st, st.waiting, st.running);
-    // Admission in arrival order (the oldest waiting request is never overtaken).
+    // Admission in arrival order (the oldest waiting request is never overtaken; a preempted one
+    // waits at the head).
     while (!st.waiting.empty() && static_cast<int64_t>(st.running.size()) < o.max_running &&
-           Admit(m, st, *st.waiting.front())) {
+           Admit(m, o, st, *st.waiting.front())) {
       st.running.push_back(std::move(st.waiting.front()));
       st.waiting.pop_front();
       std::lock_guard<std::mutex> l(st.mu);
@@ -403,6 +488,7 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
       ++st.counters.running;
     }
     bool worked = EncodeSlice(m, o, st);
+    MakeRoomToDecode(m, o, st);
     worked = RunStep(m, o, st) || worked;
     Reap(st, st.waiting, st.running);
     if (worked && o.after_step) o.after_step();
