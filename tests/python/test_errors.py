@@ -245,6 +245,19 @@ def test_timeout_ends_the_stream_with_an_error_event(limits_server):
     assert limits_server.metrics()['phi4mm_cancelled_total{reason="timeout"}'] == 2
 
 
+def test_a_plain_answer_that_fails_after_admission_raises(limits_server):
+    """Not streamed, the same timeout: the client gets the error's own status (504) and raises, with
+    the text generated before the failure in the error body; never a 200 whose body is an error."""
+    c = openai.OpenAI(base_url=limits_server.base_url, api_key="x", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as e:
+        c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Write a long poem."}],
+                                  max_tokens=12000, logit_bias={"200020": -100, "199999": -100})
+    assert e.value.status_code == 504, e.value
+    assert e.value.body["code"] == "request_timeout" and e.value.body["type"] == "timeout_error"
+    assert e.value.body["partial_text"], e.value.body
+    assert limits_server.metrics()['phi4mm_cancelled_total{reason="timeout"}'] == 3  # after the test above
+
+
 # --- 503 -------------------------------------------------------------------------------------------
 
 def test_503_while_the_model_loads(tmp_path):

@@ -47,6 +47,8 @@ constexpr auto kProbeDelay = std::chrono::milliseconds(200);
 // An EOF while a handler runs: how long it has to declare a stream (and a probe) before the client
 // counts as gone.
 constexpr auto kHalfCloseGrace = std::chrono::milliseconds(250);
+// Stop: how long answers already being written get to reach their clients.
+constexpr auto kStopFlush = std::chrono::seconds(3);
 // How long a refused request's remaining bytes are read and dropped before the socket closes.
 constexpr double kLingerSeconds = 2;
 
@@ -222,6 +224,7 @@ struct Server::Impl {
   std::thread io_thread;
   int port = 0;
   bool started = false;
+  bool stopping = false;  // I/O thread: Stop began; connections close once their answer is out
   std::atomic<bool> stopped{false};
 
   std::vector<RouteEntry> routes;
@@ -614,7 +617,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
 
   void AfterResponse() {
     if (linger && !peer_eof) return Linger();
-    if (close_after || !keep_alive || peer_eof) return Close(true);
+    if (close_after || !keep_alive || peer_eof || s.stopping) return Close(true);
     BeginRequest();
     Read();
   }
@@ -1062,11 +1065,22 @@ Result<int> Server::Start() {
 void Server::Stop() {
   Impl& s = *impl_;
   if (!s.started || s.stopped) return;
+  // First stop accepting and close what waits for a request; answers already being written get a
+  // moment to reach their clients.
   asio::post(s.io, [&s] {
-    s.stopped = true;
+    s.stopping = true;
     boost::system::error_code ec;
     s.acceptor.close(ec);
     s.accept_retry.cancel();
+    std::vector<std::shared_ptr<Conn>> idle;
+    for (auto& [id, c] : s.conns)
+      if (c->state != Conn::State::kHandling && c->state != Conn::State::kResponding) idle.push_back(c);
+    for (auto& c : idle) c->Close(false);
+  });
+  const auto flush_until = SteadyClock::now() + kStopFlush;
+  while (s.open.load() > 0 && SteadyClock::now() < flush_until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  asio::post(s.io, [&s] {
+    s.stopped = true;
     std::vector<std::shared_ptr<Conn>> all;
     for (auto& [id, c] : s.conns) all.push_back(c);
     for (auto& c : all) c->Close(false);
