@@ -15,7 +15,7 @@
 namespace phi4mm::server {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 
 TEST(ServerBase64, RoundTripsAndRejectsBadInput) {
   std::string out;
@@ -91,6 +91,22 @@ TEST(ServerRequest, ToolsGoIntoTheSystemTurnAndCallsIntoTheHistory) {
             "{\"city\": \"Paris\"}}]<|/tool_call|><|end|><|tool|>22 C<|end|><|assistant|>");
   body["tool_choice"] = "none";
   EXPECT_FALSE(MustParse(body).tools);
+}
+
+// The tool schema reaches the prompt in the order the client wrote it (as the model card's
+// json.dumps does), parsed from the raw body text.
+TEST(ServerRequest, ToolSchemasKeepTheClientsKeyOrder) {
+  const std::string raw =
+      R"({"messages":[{"role":"user","content":"Hi"}],"tools":[{"type":"function","function":{"name":"f",)"
+      R"("parameters":{"type":"object","required":["zeta"],"properties":{"zeta":{"type":"string"},)"
+      R"("alpha":{"type":"integer"}}}}}]})";
+  Json body;
+  ASSERT_TRUE(ParseBody(raw, 64, &body).ok());
+  ParsedRequest p = MustParse(body);
+  EXPECT_NE(p.engine.prompt.find(R"("parameters": {"type": "object", "required": ["zeta"], "properties": {"zeta": )"
+                                 R"({"type": "string"}, "alpha": {"type": "integer"}}})"),
+            std::string::npos)
+      << p.engine.prompt;
 }
 
 TEST(ServerRequest, DetailMapsToDynamicHd) {

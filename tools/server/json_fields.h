@@ -15,7 +15,7 @@
 
 namespace phi4mm::server {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // requests keep their key order (tool schemas are rendered as sent)
 
 struct FieldError {
   ApiError error;

@@ -54,9 +54,9 @@ struct ParsedRequest {
 
 // Media parts are checked for presence, counts and their audio format, and collected in
 // out->media_sources; nothing is decoded here.
-ApiError ParseChatRequest(const nlohmann::json& body, const ServerLimits& limits, const ModelFacts& facts,
+ApiError ParseChatRequest(const nlohmann::ordered_json& body, const ServerLimits& limits, const ModelFacts& facts,
                           ParsedRequest* out);
-ApiError ParseCompletionRequest(const nlohmann::json& body, const ServerLimits& limits, const ModelFacts& facts,
+ApiError ParseCompletionRequest(const nlohmann::ordered_json& body, const ServerLimits& limits, const ModelFacts& facts,
                                 ParsedRequest* out);
 
 }  // namespace phi4mm::server

@@ -16,7 +16,7 @@
 
 namespace phi4mm::server {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 
 struct ResponseMeta {
   std::string id;           // chatcmpl-... / cmpl-...

@@ -6,7 +6,7 @@
 
 namespace phi4mm::server {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;
 using OrderedJson = nlohmann::ordered_json;
 
 namespace {
@@ -102,7 +102,7 @@ std::string PythonStyleJson(const Json& v) {
 }
 
 // Items keep the model card's key order (name, description, parameters / name, arguments).
-std::string RenderToolList(const Json& tools) {
+std::string RenderToolList(const OrderedJson& tools) {
   OrderedJson list = OrderedJson::array();
   for (const Json& t : tools) {
     const Json& f = t.at("function");
@@ -117,7 +117,7 @@ std::string RenderToolList(const Json& tools) {
   return out;
 }
 
-std::string RenderToolCalls(const Json& tool_calls) {
+std::string RenderToolCalls(const OrderedJson& tool_calls) {
   OrderedJson list = OrderedJson::array();
   for (const Json& c : tool_calls) {
     const Json& f = c.at("function");

@@ -31,9 +31,9 @@ struct ToolCall {
 std::string PythonStyleJson(const nlohmann::json& v);
 
 // The <|tool|> block's JSON list from validated OpenAI tool definitions.
-std::string RenderToolList(const nlohmann::json& tools);
+std::string RenderToolList(const nlohmann::ordered_json& tools);
 // An assistant turn's calls (OpenAI tool_calls) as the model writes them.
-std::string RenderToolCalls(const nlohmann::json& tool_calls);
+std::string RenderToolCalls(const nlohmann::ordered_json& tool_calls);
 
 // Parses the model's text after <|tool_call|> (the close tag and anything after it may be
 // missing). Empty when nothing in it is a call.
