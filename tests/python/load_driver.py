@@ -95,8 +95,11 @@ def build_requests(n):
     return specs
 
 
-async def answer(client, kind, kw):
-    """(content, tool calls, finish reason) of one request; None for a cancelled one."""
+async def answer(client, kind, kw, times=None):
+    """(content, tool calls, finish reason) of one request; None for a cancelled one. `times`, when
+    given, gets (kind, end-to-end seconds, seconds to the first content chunk or None)."""
+    t0 = time.monotonic()
+    first = None
     if kind in ("text_stream", "cancel"):
         stream = await client.chat.completions.create(stream=True, **kw)
         text, finish, chunks = "", None, 0
@@ -104,19 +107,25 @@ async def answer(client, kind, kw):
             if ch.choices and ch.choices[0].delta.content:
                 text += ch.choices[0].delta.content
                 chunks += 1
+                if first is None:
+                    first = time.monotonic() - t0
             if ch.choices and ch.choices[0].finish_reason:
                 finish = ch.choices[0].finish_reason
             if kind == "cancel" and chunks == 2:
                 await stream.close()
                 return None
+        if times is not None:
+            times.append((kind, time.monotonic() - t0, first))
         return text, None, finish
     r = await client.chat.completions.create(**kw)
+    if times is not None:
+        times.append((kind, time.monotonic() - t0, None))
     c = r.choices[0]
     calls = [(t.function.name, t.function.arguments) for t in c.message.tool_calls or []]
     return c.message.content, calls, c.finish_reason
 
 
-async def health_probe(base, stop, worst):
+async def health_probe(base, stop, worst, every):
     host = base.replace("/v1", "")
     import urllib.request
     while not stop.is_set():
@@ -124,9 +133,52 @@ async def health_probe(base, stop, worst):
         status = await asyncio.to_thread(lambda: urllib.request.urlopen(host + "/health", timeout=5).status)
         worst.append((time.monotonic() - t0, status))
         try:
-            await asyncio.wait_for(stop.wait(), 2)
+            await asyncio.wait_for(stop.wait(), every)
         except asyncio.TimeoutError:
             pass
+
+
+async def rss_sampler(server, stop, samples, every=0.25):
+    t0 = time.monotonic()
+    while not stop.is_set():
+        samples.append((time.monotonic() - t0, server.rss_bytes()))
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+        except asyncio.TimeoutError:
+            pass
+
+
+def slow_clients(port, n, stop):
+    """n connections that send a request's headers a byte every 2 s, reconnecting when the server
+    closes them (its header deadline): a slowloris beside the load."""
+    import socket
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    socks = [None] * n
+    sent = [0] * n
+    while not stop.is_set():
+        for i in range(n):
+            try:
+                if socks[i] is None:
+                    socks[i] = socket.create_connection(("127.0.0.1", port), timeout=1)
+                    socks[i].setblocking(False)
+                    sent[i] = 0
+                socks[i].send(head[sent[i] % len(head):sent[i] % len(head) + 1])
+                sent[i] += 1
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                if socks[i] is not None:
+                    socks[i].close()
+                socks[i] = None
+        stop.wait(2)
+    for s in socks:
+        if s is not None:
+            s.close()
+
+
+def pct(values, q):
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))] if v else float("nan")
 
 
 async def run(args, server, base_url):
@@ -139,8 +191,14 @@ async def run(args, server, base_url):
             refs[(kind, v)] = await answer(client, kind, kw)
     print(f"references: {len(refs)} distinct requests recorded alone", flush=True)
     before = server.metrics()
-    stop, probes = asyncio.Event(), []
-    probe = asyncio.create_task(health_probe(base_url, stop, probes))
+    stop, probes, rss_samples, times = asyncio.Event(), [], [], []
+    probe = asyncio.create_task(health_probe(base_url, stop, probes, args.health_every))
+    sampler = asyncio.create_task(rss_sampler(server, stop, rss_samples))
+    import threading
+    slow_stop = threading.Event()
+    slow = threading.Thread(target=slow_clients, args=(server.port, args.slow_clients, slow_stop), daemon=True)
+    if args.slow_clients:
+        slow.start()
     half = args.per_worker // 2
     barrier_count = [0]
     halfway = asyncio.Event()
@@ -156,7 +214,7 @@ async def run(args, server, base_url):
                 await halfway.wait()
             kind, v, kw = specs[w * args.per_worker + j]
             try:
-                got = await answer(client, kind, kw)
+                got = await answer(client, kind, kw, times)
             except Exception as e:  # a transport error or an error status: counted and reported
                 errors.append(f"{kind} (request {j} of worker {w}, {time.monotonic() - t0:.1f} s in): {e!r}"
                               f" caused by {e.__cause__!r}")
@@ -181,7 +239,11 @@ async def run(args, server, base_url):
     wall = time.monotonic() - t0
     rss.append(await idle_rss())
     stop.set()
+    slow_stop.set()
     await probe
+    await sampler
+    if args.slow_clients:
+        slow.join()
     after = server.metrics()
 
     sent = args.workers * args.per_worker
@@ -206,6 +268,20 @@ async def run(args, server, base_url):
           f"/health probed {len(probes)} times, slowest {worst * 1000:.0f} ms", flush=True)
     print(f"server VmRSS at the idle points: after the first half {rss[0] / 2**20:.1f} MiB, after the second "
           f"{rss[1] / 2**20:.1f} MiB ({100 * (rss[1] - rss[0]) / rss[0]:+.1f}%)", flush=True)
+    e2e = [t for _, t, _ in times]
+    ttft = [f for _, _, f in times if f is not None]
+    health = [t * 1000 for t, _ in probes]
+    mib = [r / 2**20 for _, r in rss_samples]
+    print(f"latency: end to end p50 {pct(e2e, .5):.2f} s, p95 {pct(e2e, .95):.2f} s, p99 {pct(e2e, .99):.2f} s "
+          f"over {len(e2e)} answers; first content chunk of streams p50 {pct(ttft, .5):.2f} s, p95 "
+          f"{pct(ttft, .95):.2f} s, p99 {pct(ttft, .99):.2f} s", flush=True)
+    print(f"/health ({len(health)} probes, every {args.health_every} s{', beside %d slow clients' % args.slow_clients if args.slow_clients else ''}): "
+          f"p50 {pct(health, .5):.1f} ms, p99 {pct(health, .99):.1f} ms, max {max(health) if health else float('nan'):.1f} ms",
+          flush=True)
+    if mib:
+        step = max(1, len(mib) // 12)
+        series = ", ".join(f"{t:.1f}s {m:.0f}" for (t, _), m in list(zip(rss_samples, mib))[::step])
+        print(f"server VmRSS over the run (MiB): min {min(mib):.0f}, max {max(mib):.0f}; {series}", flush=True)
     if args.rss_bound is not None:
         checks[f"VmRSS after the second half within +{args.rss_bound}% of the first"] = \
             rss[1] <= rss[0] * (1 + args.rss_bound / 100)
@@ -225,6 +301,10 @@ def main():
     ap.add_argument("--workers", type=int, default=32)
     ap.add_argument("--per-worker", type=int, default=8)
     ap.add_argument("--cap-seconds", type=float, default=1200)
+    ap.add_argument("--health-every", type=float, default=2.0, help="seconds between /health probes")
+    ap.add_argument("--slow-clients", type=int, default=0,
+                    help="connections that send their headers a byte every 2 s throughout the load")
+    ap.add_argument("--model", help="the model folder of the server it starts (default: the tiny fixture)")
     ap.add_argument("--rss-bound", type=float, default=None,
                     help="fail when VmRSS after the second half exceeds the first by more than this percentage")
     args = ap.parse_args()
@@ -248,7 +328,7 @@ def main():
 
         server, base_url = External(), args.base_url
     else:
-        server = phi4mm_server.Server()
+        server = phi4mm_server.Server(model=args.model)
         base_url = server.base_url
     try:
         ok = asyncio.run(asyncio.wait_for(run(args, server, base_url), args.cap_seconds))
