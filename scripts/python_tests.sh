@@ -13,4 +13,6 @@ bash scripts/python_venv.sh "$venv" tests/python/requirements.txt
 bash scripts/python_venv.sh "$venv" tests/python/requirements-langchain.txt
 export PHI4MM_BIN="${PHI4MM_BIN:-$PWD/build/phi4mm}"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python
-"$venv/bin/python" tests/python/load_driver.py
+# 64 clients x 4 requests on the server's defaults (bursts queue, never 429), /health every 0.5 s,
+# with 64 slowloris connections beside them.
+"$venv/bin/python" tests/python/load_driver.py --workers 64 --per-worker 4 --health-every 0.5 --slow-clients 64

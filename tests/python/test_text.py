@@ -126,3 +126,28 @@ def test_models_health_metrics(client, server, model_name):
     assert m["phi4mm_step_rows_count"] == m["phi4mm_engine_steps_total"] == m['phi4mm_step_rows_bucket{le="+Inf"}']
     assert m["phi4mm_step_rows_sum"] == rows
     assert m['phi4mm_step_rows_bucket{le="1"}'] <= m['phi4mm_step_rows_bucket{le="512"}'] <= m["phi4mm_step_rows_count"]
+
+
+def test_metrics_parse_as_prometheus_and_openmetrics(client, server):
+    """/metrics as Prometheus's text parser and, when asked for, OpenMetrics's parser read it: every
+    family once, with its type, and the values the simple parser of these tests reads."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
+    from prometheus_client.parser import text_string_to_metric_families as text_families
+    client.chat.completions.create(model="m", messages=HELLO, max_tokens=2, temperature=0)
+    status, headers, raw = server.request("GET", "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+    families = list(text_families(raw.decode()))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    types = {f.name: f.type for f in families}
+    assert types["phi4mm_requests"] == "counter" and types["phi4mm_step_rows"] == "histogram"
+    assert types["phi4mm_kv_cache_bytes"] == "gauge" and types["phi4mm_media_budget_bytes"] == "gauge"
+    status, headers, raw = server.request("GET", "/metrics",
+                                          headers={"Accept": "application/openmetrics-text;version=1.0.0,"
+                                                             "text/plain;version=0.0.4;q=0.5"})
+    assert status == 200 and headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    om = list(om_families(raw.decode()))
+    assert sorted(f.name for f in om) == sorted(names)
+    counter = {f.name: f for f in om}["phi4mm_generation_tokens"]
+    assert counter.type == "counter" and counter.samples[0].name == "phi4mm_generation_tokens_total"
+    assert counter.samples[0].value == server.metrics()["phi4mm_generation_tokens_total"]

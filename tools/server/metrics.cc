@@ -30,8 +30,16 @@ std::string Escape(const std::string& s) {
   return out;
 }
 
+// OpenMetrics names a counter family without its samples' "_total" (text format 0.0.4 names it
+// with). Set per rendering (Render holds the lock).
+thread_local bool g_openmetrics = false;
+
 void Header(std::string* out, const std::string& name, const char* type, const std::string& help) {
-  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  std::string family = name;
+  if (g_openmetrics && std::string_view(type) == "counter" && family.size() > 6 &&
+      family.compare(family.size() - 6, 6, "_total") == 0)
+    family.resize(family.size() - 6);
+  *out += "# HELP " + family + " " + help + "\n# TYPE " + family + " " + type + "\n";
 }
 
 void Line(std::string* out, const std::string& name, const std::string& labels, double v) {
@@ -134,7 +142,8 @@ void Metrics::ObserveInterToken(double seconds) {
   itl_.Observe(seconds);
 }
 
-std::string Metrics::Render(const BuildInfo& b, const EngineStats* e, const ServerGauges& g) const {
+std::string Metrics::Render(const BuildInfo& b, const EngineStats* e, const ServerGauges& g, bool openmetrics) const {
+  g_openmetrics = openmetrics;
   std::string out;
   Header(&out, "phi4mm_build_info", "gauge", "Build and load configuration.");
   Line(&out, "phi4mm_build_info",
@@ -242,6 +251,8 @@ std::string Metrics::Render(const BuildInfo& b, const EngineStats* e, const Serv
          static_cast<double>(media_waits_));
   Single(&out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
          static_cast<double>(ResidentBytes()));
+  if (openmetrics) out += "# EOF\n";
+  g_openmetrics = false;
   return out;
 }
 

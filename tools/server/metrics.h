@@ -55,7 +55,10 @@ class Metrics {
   // The recent requests' time from submission to their last token (an exponential average; a few
   // seconds before any has finished): what Retry-After is estimated from.
   double RecentRequestSeconds() const;
-  std::string Render(const BuildInfo& build, const EngineStats* engine, const ServerGauges& server = {}) const;
+  // Prometheus text format 0.0.4, or OpenMetrics 1.0 (counter families named without "_total",
+  // "# EOF" at the end) for a scraper that asks for it.
+  std::string Render(const BuildInfo& build, const EngineStats* engine, const ServerGauges& server = {},
+                     bool openmetrics = false) const;
 
  private:
   mutable std::mutex mu_;

@@ -46,14 +46,17 @@ void InstallInfoRoutes(Server::Impl& s) {
     ex.Send(std::move(r));
   });
 
-  s.http.Route("GET", "/metrics", Run::kInline, [&s](http::Request&, http::Exchange ex) {
+  s.http.Route("GET", "/metrics", Run::kInline, [&s](http::Request& req, http::Exchange ex) {
     std::optional<EngineStats> st;
     {
       std::shared_lock<std::shared_mutex> l(s.model_mu);
       if (s.engine) st = s.engine->stats();
     }
     http::Response r;
-    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    // A scraper that asks for OpenMetrics (Prometheus does, first) gets it.
+    const bool om = req.header("accept").find("application/openmetrics-text") != std::string_view::npos;
+    r.content_type = om ? "application/openmetrics-text; version=1.0.0; charset=utf-8"
+                        : "text/plain; version=0.0.4; charset=utf-8";
     const http::Stats hs = s.http.stats();
     ServerGauges g;
     g.connections = hs.connections;
@@ -66,7 +69,7 @@ void InstallInfoRoutes(Server::Impl& s) {
     g.media_budget_used = s.media_budget.used();
     g.media_budget_peak = s.media_budget.peak();
     g.media_budget_waiting = s.media_budget.waiting();
-    r.body = s.metrics.Render(s.opts.build, st ? &*st : nullptr, g);
+    r.body = s.metrics.Render(s.opts.build, st ? &*st : nullptr, g, om);
     ex.Send(std::move(r));
   });
 }
