@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/answer_builder.h"
+#include "server/http/multipart.h"
 #include "server/json_fields.h"
 #include "server/media_input.h"
 #include "server/request.h"
@@ -231,6 +232,46 @@ TEST(ServerJson, DepthLimitAndObjectRequired) {
   EXPECT_TRUE(ParseBody(R"({"a":[{"b":"[[[[["}]})", 4, &j).ok());  // brackets inside strings do not count
   EXPECT_FALSE(ParseBody(R"({"a":[[[[1]]]]})", 4, &j).ok());
   EXPECT_EQ(ParseBody("null", 4, &j).code, "invalid_json");
+}
+
+}  // namespace
+}  // namespace phi4mm::server
+
+namespace phi4mm::server {
+namespace {
+
+TEST(ServerMultipart, PartsNamesFilesAndErrors) {
+  const std::string body =
+      "preamble\r\n--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a \\\"b\\\".wav\"\r\n"
+      "Content-Type: audio/wav\r\n\r\nRIFF\r\n--not-the-end\r\n--XyZ\r\ncontent-disposition: form-data; name=model\r\n\r\n"
+      "whisper-1\r\n--XyZ--\r\nepilogue";
+  auto parts = http::ParseMultipart(body, "multipart/form-data; charset=utf-8; boundary=XyZ");
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  ASSERT_EQ(parts->size(), 2u);
+  EXPECT_EQ((*parts)[0].name, "file");
+  EXPECT_EQ((*parts)[0].filename, "a \"b\".wav");
+  EXPECT_EQ((*parts)[0].content_type, "audio/wav");
+  EXPECT_EQ((*parts)[0].data, "RIFF\r\n--not-the-end");
+  EXPECT_EQ(http::FindPart(*parts, "model")->data, "whisper-1");
+  EXPECT_EQ(http::FindPart(*parts, "nope"), nullptr);
+  // A quoted boundary; an empty part body.
+  auto quoted = http::ParseMultipart("--a b\r\nContent-Disposition: form-data; name=x\r\n\r\n\r\n--a b--",
+                                     "Multipart/Form-Data; boundary=\"a b\"");
+  ASSERT_TRUE(quoted.ok()) << quoted.status().ToString();
+  EXPECT_EQ((*quoted)[0].data, "");
+  const std::string type = "multipart/form-data; boundary=B";
+  EXPECT_FALSE(http::ParseMultipart("--B\r\nContent-Disposition: form-data; name=x\r\n\r\nno end", type).ok());
+  EXPECT_FALSE(http::ParseMultipart("--B\r\nContent-Type: a/b\r\n\r\nx\r\n--B--", type).ok());  // no disposition
+  EXPECT_FALSE(http::ParseMultipart("--B\r\nContent-Disposition: attachment; name=x\r\n\r\nx\r\n--B--", type).ok());
+  EXPECT_FALSE(http::ParseMultipart("no boundary here", type).ok());
+  EXPECT_FALSE(http::ParseMultipart("--B--", "multipart/form-data").ok());  // no boundary parameter
+  EXPECT_FALSE(http::ParseMultipart("--B--", "application/json").ok());
+  std::string many;
+  for (int i = 0; i < 5; ++i) many += "--B\r\nContent-Disposition: form-data; name=p\r\n\r\nv\r\n";
+  many += "--B--";
+  EXPECT_TRUE(http::ParseMultipart(many, type, 5).ok());
+  EXPECT_FALSE(http::ParseMultipart(many, type, 4).ok());
+  EXPECT_EQ(http::PercentDecode("a%20b%2Fc%zz%4"), "a b/c%zz%4");
 }
 
 }  // namespace
