@@ -107,7 +107,7 @@ Server::~Server() { Stop(); }
 Result<int> Server::Start() {
   Impl& s = *impl_;
 #ifdef M_MMAP_THRESHOLD
-  if (s.opts.return_freed_memory) mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  if (s.opts.return_freed_memory) mallopt(M_MMAP_THRESHOLD, 4 << 20);
 #endif
   s.http.SetScreen([&s](const http::Request& req) -> std::optional<http::Response> {
     if (!s.opts.api_keys.empty() && !Public(req.path, s.opts)) {

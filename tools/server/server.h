@@ -34,7 +34,7 @@ struct ServerOptions {
   // encoded them; a request whose media do not fit waits (its compressed bytes only) until they do.
   int64_t media_budget_bytes = int64_t{1} << 30;
   // Large buffers (decoded images, their crops) go back to the system when freed (glibc:
-  // mallopt(M_MMAP_THRESHOLD, 1 MiB), process-wide, at Start): otherwise malloc keeps what each
+  // mallopt(M_MMAP_THRESHOLD, 4 MiB), process-wide, at Start): otherwise malloc keeps what each
   // worker thread freed in its own arena, and the resident size stays at the sum of their peaks
   // whatever the media budget holds.
   bool return_freed_memory = true;
