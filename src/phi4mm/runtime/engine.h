@@ -5,7 +5,7 @@
 //      back at once, whatever their phase),
 //   2. admits queued requests in order while fewer than max_running run and the KV they need now
 //      (their prompt and one block of kv_block positions) fits the byte budget with a block to
-//      spare for each running request (a request whose worst case, prompt + max new tokens, could
+//      spare (a request whose worst case, prompt + max new tokens, could
 //      never fit the whole budget is refused at Submit, not queued), reusing the longest cached
 //      prefix of an earlier request; a running request's cache grows a block at a time, and when
 //      the budget has no room for that, the youngest running request is preempted: its cache is

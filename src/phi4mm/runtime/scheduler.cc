@@ -109,14 +109,15 @@ int64_t AdmitPositions(const EngineOptions& o, const Seq& s) {
   return std::min(s.max_positions, (need + o.kv_block - 1) / o.kv_block * o.kv_block);
 }
 
-// Admits the request if the KV it needs now fits with a block to spare for each running request
-// (so the running ones can grow before anything must be preempted). A preempted request comes back
-// with its cache read from swap, or empty to be recomputed.
+// Admits the request if the KV it needs now fits with a block to spare (so that a running request
+// can grow once before anything must be preempted; the newcomer, the youngest, is the first to go
+// if the budget then runs out). A preempted request comes back with its cache read from swap, or
+// empty to be recomputed.
 bool Admit(const Model& m, const EngineOptions& o, State& st, Seq& s) {
   const Decoder& dec = m.decoder();
   const int64_t positions = AdmitPositions(o, s);
   const int64_t bytes = positions * dec.kv_bytes_per_token();
-  const int64_t spare = static_cast<int64_t>(st.running.size()) * o.kv_block * dec.kv_bytes_per_token();
+  const int64_t spare = o.kv_block * dec.kv_bytes_per_token();
   if (bytes + spare > st.budget.limit() - st.budget.reserved() && !st.running.empty()) return false;
   if (!st.budget.TryReserve(bytes)) return false;
   s.reservation = KvReservation(&st.budget, bytes);
