@@ -27,14 +27,18 @@ struct RequestHandle::Shared {
   RequestResult result;
   std::function<void()> wake;  // nudges the engine thread
   std::function<void(const Status&, const RequestResult&)> on_done;  // EngineRequest::on_done
-  // Marks the request done, wakes its waiters, then runs on_done (outside the lock).
+  // Marks the request done, wakes its waiters, then runs on_done (outside the lock) and lets go of
+  // it: what it holds (a server's writer, which holds this request's handle) must not keep this
+  // state alive in a cycle.
   void MarkDone() {
     {
       std::lock_guard<std::mutex> l(mu);
       done = true;
     }
     cv.notify_all();
-    if (on_done) on_done(status, result);
+    std::function<void(const Status&, const RequestResult&)> f = std::move(on_done);
+    on_done = nullptr;
+    if (f) f(status, result);
   }
 };
 
