@@ -10,7 +10,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -58,12 +61,27 @@ Server* Started() {
 }
 
 void SendAndRead(int port, const uint8_t* data, size_t size) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) std::abort();
+  // Thousands of connections a second can run the loopback out of ephemeral ports for a moment:
+  // the harness waits, it is not a finding.
+  int fd = -1;
+  for (int tries = 0; fd < 0; ++tries) {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) break;
+    close(fd);
+    fd = -1;
+    if (tries == 500) {
+      std::fprintf(stderr, "http_fuzz: cannot connect to the server: %s\n", std::strerror(errno));
+      std::abort();
+    }
+    usleep(10000);
+  }
+  // Close with a reset, not a FIN: no TIME_WAIT is left on the client's side.
+  linger lg{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
   size_t sent = 0;
   while (sent < size) {
     const ssize_t n = send(fd, data + sent, size - sent, MSG_NOSIGNAL);
@@ -82,7 +100,10 @@ void SendAndRead(int port, const uint8_t* data, size_t size) {
     got.append(buf, static_cast<size_t>(n));
   }
   close(fd);
-  if (!got.empty() && got.rfind("HTTP/1.1 ", 0) != 0) std::abort();
+  if (!got.empty() && got.rfind("HTTP/1.1 ", 0) != 0) {
+    std::fprintf(stderr, "http_fuzz: the answer is not HTTP/1.1: %.200s\n", got.c_str());
+    std::abort();
+  }
 }
 
 }  // namespace

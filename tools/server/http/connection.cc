@@ -73,6 +73,8 @@ void Conn::OnBytes() {
 
 void Conn::Parse() {
   while (state == State::kHeader || state == State::kBody) {
+    // A body can be complete before its budget was granted (TakeBodyBudget): nothing more to parse.
+    if (parser->is_done()) return OnComplete();
     if (in.size() == 0) return;
     boost::system::error_code ec;
     const size_t used = parser->put(in.data(), ec);
