@@ -441,6 +441,50 @@ TEST(Config, ParsesBothTinyLayouts) {
   }
 }
 
+// tie_word_embeddings absent from config.json means false, as transformers reads it: a checkpoint
+// that stores lm_head.weight decodes with it (here twice the embedding, so every logit doubles,
+// exactly), and one that does not is an error naming the key, not a silent fallback to the
+// embedding.
+TEST(Config, AbsentTieWordEmbeddingsMeansTheStoredLmHead) {
+  const std::string dir = CopyFixture("orig", "untied");
+  EditJson(dir + "/config.json", [](json& j) { j.erase("tie_word_embeddings"); });
+  auto missing = Model::Load(dir);
+  ASSERT_FALSE(missing.ok());
+  ExpectError(missing.status(), StatusCode::kNotFound, {"lm_head.weight", "tie_word_embeddings", "absent"});
+
+  const std::string shard = dir + "/model-00001-of-00003.safetensors";
+  std::vector<RawTensor> tensors = ReadTensors(shard);
+  const RawTensor* embed = nullptr;
+  for (const RawTensor& t : tensors)
+    if (t.name == "model.embed_tokens.weight") embed = &t;
+  ASSERT_NE(embed, nullptr);
+  ASSERT_EQ(embed->dtype, "BF16");
+  RawTensor head = *embed;
+  head.name = "lm_head.weight";
+  for (size_t i = 0; i + 1 < head.bytes.size(); i += 2) {  // bf16 x 2: the exponent's low bit up
+    uint16_t v;
+    std::memcpy(&v, head.bytes.data() + i, 2);
+    if ((v & 0x7f80) != 0 && (v & 0x7f80) != 0x7f80) v = static_cast<uint16_t>(v + 0x80);
+    std::memcpy(head.bytes.data() + i, &v, 2);
+  }
+  tensors.push_back(head);
+  test::WriteFile(shard, BuildSafetensors(tensors));
+  EditJson(dir + "/model.safetensors.index.json",
+           [](json& j) { j["weight_map"]["lm_head.weight"] = "model-00001-of-00003.safetensors"; });
+  auto untied = Model::Load(dir);
+  ASSERT_TRUE(untied.ok()) << untied.status().ToString();
+  auto tied = Model::Load(test::FixturePath("tiny/orig"));
+  ASSERT_TRUE(tied.ok()) << tied.status().ToString();
+  EXPECT_NE(&(*untied)->decoder().lm_head(), &(*untied)->embedding().matrix());
+  const int64_t H = (*tied)->config().text.hidden_size, V = (*tied)->decoder().lm_head().rows();
+  std::vector<float> hidden(static_cast<size_t>(H));
+  for (int64_t i = 0; i < H; ++i) hidden[static_cast<size_t>(i)] = std::sin(0.7 * static_cast<double>(i));
+  std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V));
+  (*tied)->decoder().LogitsRows(hidden.data(), 1, a.data(), (*tied)->pool());
+  (*untied)->decoder().LogitsRows(hidden.data(), 1, b.data(), (*untied)->pool());
+  for (int64_t v = 0; v < V; v += 997) EXPECT_EQ(b[static_cast<size_t>(v)], 2 * a[static_cast<size_t>(v)]) << v;
+}
+
 TEST(Config, UnknownModelTypeIsUnsupported) {
   json j = json::parse(TinyConfigText("orig"));
   j["model_type"] = "llama";

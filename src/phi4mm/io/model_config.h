@@ -31,7 +31,9 @@ struct TextConfig {
   double partial_rotary_factor = 1.0;
   int64_t max_position_embeddings = 0;
   int64_t original_max_position_embeddings = 0;
-  bool tie_word_embeddings = true;
+  // Absent from config.json: false, as transformers' PretrainedConfig reads it (Microsoft's config
+  // sets it to true).
+  bool tie_word_embeddings = false;
   // LongRoPE; empty factors mean plain RoPE.
   std::vector<double> rope_short_factor;
   std::vector<double> rope_long_factor;

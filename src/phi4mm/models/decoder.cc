@@ -169,7 +169,8 @@ Result<std::shared_ptr<const Decoder>> Decoder::Load(const Checkpoint& ckpt, con
     PHI4MM_ASSIGN_OR_RETURN(d->untied_lm_head_, LoadWeight(ckpt, names::kLmHead, {c.vocab_size, H}, c.vocab_size, H,
                                                            FormatFor(TensorRole::kLmHead, quant), pool));
   } else if (!c.tie_word_embeddings) {
-    return NotFound("config.json says tie_word_embeddings=false but the checkpoint has no lm_head.weight");
+    return NotFound("the checkpoint has no lm_head.weight, and config.json does not tie the output layer to the "
+                    "embedding (tie_word_embeddings is false, or absent, which transformers reads as false)");
   }
   return std::shared_ptr<const Decoder>(std::move(d));
 }
