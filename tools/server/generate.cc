@@ -31,8 +31,13 @@ struct Writer {
   std::mutex mu;
   AnswerBuilder answer;
   std::vector<TokenLogprobs> logprobs;  // of the tokens not yet sent (stream) or all (non-stream)
-  bool begun = false, done = false;
-  std::vector<std::pair<std::string, int32_t>> early;
+  bool begun = false;
+  struct Early {
+    std::string text;
+    int32_t token;
+    std::optional<TokenLogprobs> logprobs;
+  };
+  std::vector<Early> early;
   std::optional<std::pair<Status, RequestResult>> early_done;
 
   Writer(Server::Impl* s, std::shared_ptr<const Model> m, std::shared_ptr<Call> c, http::Exchange e,
@@ -91,8 +96,8 @@ struct Writer {
   void OnEvent(const StreamEvent& ev) {
     std::lock_guard<std::mutex> l(mu);
     if (!begun) {
-      early.emplace_back(std::string(ev.text), ev.token);
-      if (ev.logprobs) logprobs.push_back(*ev.logprobs);
+      early.push_back({std::string(ev.text), ev.token,
+                       ev.logprobs ? std::optional<TokenLogprobs>(*ev.logprobs) : std::nullopt});
       return;
     }
     Event(std::string(ev.text), ev.token, ev.logprobs);
@@ -100,7 +105,6 @@ struct Writer {
 
   // The answer is over: final chunk(s), or the whole body (mu held).
   void Finish(const Status& status, const RequestResult& result) {
-    done = true;
     const ApiError failure = FailureOf(status, result);
     if (failure.ok()) server->metrics.ObserveResult(result);  // answers delivered, not cut-off ones
     if (!failure.ok()) {
@@ -190,14 +194,7 @@ struct Writer {
                      std::chrono::milliseconds(static_cast<int64_t>(server->opts.sse_ping_seconds * 1000)));
       if (chat()) ex.Write(SseData(ChatChunkJson(meta, {{"role", "assistant"}, {"content", ""}}, nullptr, fmt.include_usage)));
     }
-    std::vector<TokenLogprobs> lps = std::move(logprobs);
-    logprobs.clear();
-    size_t li = 0;
-    for (auto& [text, token] : early) {
-      // Early events kept their log-probabilities in order; one per token event.
-      const TokenLogprobs* lp = token >= 0 && li < lps.size() ? &lps[li++] : nullptr;
-      Event(text, token, lp);
-    }
+    for (const Early& e : early) Event(e.text, e.token, e.logprobs ? &*e.logprobs : nullptr);
     early.clear();
     if (early_done) Finish(early_done->first, early_done->second);
   }
@@ -226,7 +223,6 @@ void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, const ht
     for (const std::string& f : req.ignored_fields) list += (list.empty() ? "" : ",") + f;
     writer->headers.push_back({"x-phi4mm-ignored-fields", list});
   }
-  if (fmt.stream) ex.SetHalfCloseProbe(std::string(kSsePing));
   Metrics* m = &metrics;
   auto last_token = std::make_shared<std::optional<Clock::time_point>>();
   req.engine.on_event = [writer, m, last_token, ex](const StreamEvent& ev) {

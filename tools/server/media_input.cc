@@ -1,4 +1,4 @@
-// Base64, data: URIs, file:// under --media-dir, and the decoders behind them (media_input.h).
+// Base64, data: URIs, file:// under --media-dir, and the decoders' errors as API errors (media_input.h).
 #include "media_input.h"
 
 #include <algorithm>
@@ -21,10 +21,6 @@ std::array<int8_t, 256> B64Table() {
 }
 
 std::string MiB(int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
-
-std::span<const uint8_t> Bytes(std::string_view s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
 
 ApiError TooLarge(const std::string& param, int64_t size, const MediaLimits& limits) {
   ApiError e = InvalidRequest(param, "the media item is " + MiB(size) + ", over the server's limit of " +
@@ -89,14 +85,6 @@ ApiError ReadLocalFile(std::string_view url, const MediaLimits& limits, const st
   std::ifstream f(p, std::ios::binary);
   out->assign(static_cast<size_t>(size), '\0');
   if (!f.read(out->data(), size)) return InvalidRequest(param, "the file:// path cannot be read");
-  return {};
-}
-
-ApiError AudioFromBytes(const std::string& bytes, const MediaLimits& limits, const std::string& param,
-                        AudioClip* out) {
-  auto clip = DecodeAudioBytes(Bytes(bytes), "audio", limits.max_audio_seconds);
-  if (!clip.ok()) return AudioError(clip.status(), param);
-  *out = std::move(clip).value();
   return {};
 }
 
@@ -214,17 +202,6 @@ std::string Base64Encode(std::string_view in) {
   return out;
 }
 
-ApiError DecodeImageUrl(std::string_view url, const MediaLimits& limits, const std::string& param, Image* out) {
-  std::string bytes;
-  if (ApiError e = ImageUrlBytes(url, limits, param, &bytes); !e.ok()) return e;
-  ImageDecodeLimits il;
-  il.max_pixels = limits.max_image_pixels;
-  auto img = DecodeImageBytes(Bytes(bytes), "image", il);
-  if (!img.ok()) return ImageError(img.status(), param);
-  *out = std::move(img).value();
-  return {};
-}
-
 ApiError CheckAudioFormat(std::string_view format, const std::string& param) {
   static constexpr std::array<std::string_view, 5> kFormats = {"wav", "mp3", "flac", "ogg", "oga"};
   if (!format.empty() && std::find(kFormats.begin(), kFormats.end(), format) == kFormats.end())
@@ -232,28 +209,6 @@ ApiError CheckAudioFormat(std::string_view format, const std::string& param) {
                           "audio format '" + std::string(format) + "' is not supported; use wav, mp3, flac or ogg",
                           "unsupported_audio_format");
   return {};
-}
-
-ApiError DecodeAudioData(std::string_view base64, std::string_view format, const MediaLimits& limits,
-                         const std::string& param, AudioClip* out) {
-  if (ApiError e = CheckAudioFormat(format, param); !e.ok()) return e;
-  std::string bytes;
-  if (ApiError e = DecodePayload(base64, limits, param + ".data", &bytes); !e.ok()) return e;
-  return AudioFromBytes(bytes, limits, param + ".data", out);
-}
-
-ApiError DecodeAudioUrl(std::string_view url, const MediaLimits& limits, const std::string& param, AudioClip* out) {
-  std::string bytes;
-  if (ApiError e = AudioUrlBytes(url, limits, param, &bytes); !e.ok()) return e;
-  return AudioFromBytes(bytes, limits, param, out);
-}
-
-ApiError DecodeAudioUpload(std::string_view bytes, const MediaLimits& limits, const std::string& param,
-                           AudioClip* out) {
-  if (static_cast<int64_t>(bytes.size()) > limits.max_media_bytes)
-    return TooLarge(param, static_cast<int64_t>(bytes.size()), limits);
-  if (bytes.empty()) return InvalidRequest(param, "the uploaded audio file is empty");
-  return AudioFromBytes(std::string(bytes), limits, param, out);
 }
 
 }  // namespace phi4mm::server

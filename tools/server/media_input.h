@@ -1,8 +1,8 @@
-// Media of an OpenAI request turned into decoded images and audio clips: strict base64, `data:`
-// URIs, `file://` paths confined to the operator's --media-dir, and the per-item limits (encoded
-// size, image pixels from the header before any pixel is decoded, audio seconds from the header
-// before any sample is decoded). The content's format is sniffed from its bytes; a declared MIME
-// type or audio `format` is only checked to be one the decoders can read.
+// The media parts of an OpenAI request and their bytes: base64, `data:` URIs, `file://` paths
+// confined to the operator's --media-dir, the per-item size limit, and the API errors of the
+// decoders (media_admission.h reads their headers and decodes them). The content's format is
+// sniffed from its bytes; a declared MIME type or audio `format` is only checked to be one the
+// decoders can read.
 #pragma once
 
 #include <cstdint>
@@ -46,15 +46,7 @@ ApiError AudioError(const Status& st, const std::string& param);
 bool Base64Decode(std::string_view in, std::string* out);
 std::string Base64Encode(std::string_view in);
 
-// `param` names the field in errors (e.g. "messages[0].content[1].image_url.url").
-ApiError DecodeImageUrl(std::string_view url, const MediaLimits& limits, const std::string& param, Image* out);
 // An input_audio.format the decoders read ("wav", "mp3", "flac", "ogg", "oga"; empty = sniff).
 ApiError CheckAudioFormat(std::string_view format, const std::string& param);
-// `format` as in input_audio.format ("wav", "mp3", "flac", "ogg"; empty = sniff only).
-ApiError DecodeAudioData(std::string_view base64, std::string_view format, const MediaLimits& limits,
-                         const std::string& param, AudioClip* out);
-ApiError DecodeAudioUrl(std::string_view url, const MediaLimits& limits, const std::string& param, AudioClip* out);
-// Raw audio bytes (a multipart upload).
-ApiError DecodeAudioUpload(std::string_view bytes, const MediaLimits& limits, const std::string& param, AudioClip* out);
 
 }  // namespace phi4mm::server

@@ -90,8 +90,19 @@ bool IsTruncated(const std::string& log) {
   return false;
 }
 
-// Reads every frame of an opened file, averages channels in double and checks the limits.
-Result<AudioClip> ReadAll(SNDFILE* snd, const SF_INFO& info, const std::string& label, int64_t max_seconds) {
+Status TooLong(const std::string& label, int64_t max_seconds) {
+  return OutOfRange(label + ": the audio is longer than " + std::to_string(max_seconds) + " s" +
+                    (max_seconds == kMaxAudioSeconds ? ", more than the model's 131072-token context can hold"
+                                                     : ", the limit for this request") +
+                    "; split it into shorter clips");
+}
+
+bool KnownLength(const SF_INFO& info) { return info.frames > 0 && info.frames != SF_COUNT_MAX; }
+
+// What an opened file's header says, checked before any sample is decoded: its rate, its channel
+// count, truncation, and its length when the header gives one (a multi-hour clip is refused without
+// reading it). `max_seconds` comes back clamped to the supported range.
+Status CheckHeader(SNDFILE* snd, const SF_INFO& info, const std::string& label, int64_t* max_seconds) {
   if (info.samplerate < kMinAudioSampleRate || info.samplerate > kMaxAudioSampleRate) {
     return InvalidArgument(label + ": sample rate " + std::to_string(info.samplerate) +
                            " Hz is outside the supported range " + std::to_string(kMinAudioSampleRate) + "-" +
@@ -104,17 +115,17 @@ Result<AudioClip> ReadAll(SNDFILE* snd, const SF_INFO& info, const std::string& 
     return DataLoss(label + ": the audio file is truncated: its header declares more audio data than the file "
                     "holds (re-export or re-download the file)");
   }
-  max_seconds = std::clamp<int64_t>(max_seconds, 1, kMaxAudioSeconds);
+  *max_seconds = std::clamp<int64_t>(*max_seconds, 1, kMaxAudioSeconds);
+  if (KnownLength(info) && info.frames > *max_seconds * info.samplerate) return TooLong(label, *max_seconds);
+  return Status::Ok();
+}
+
+// Reads every frame of an opened file, averages channels in double and checks the limits.
+Result<AudioClip> ReadAll(SNDFILE* snd, const SF_INFO& info, const std::string& label, int64_t max_seconds) {
+  PHI4MM_RETURN_IF_ERROR(CheckHeader(snd, info, label, &max_seconds));
   const int64_t max_frames = max_seconds * info.samplerate;
-  const auto too_long = [&] {
-    return OutOfRange(label + ": the audio is longer than " + std::to_string(max_seconds) + " s" +
-                      (max_seconds == kMaxAudioSeconds ? ", more than the model's 131072-token context can hold"
-                                                       : ", the limit for this request") +
-                      "; split it into shorter clips");
-  };
-  // The header's length is checked before any sample is decoded (a multi-hour clip is refused
-  // without reading it); the count of decoded frames is checked as well for headers that lie.
-  if (info.frames > 0 && info.frames != SF_COUNT_MAX && info.frames > max_frames) return too_long();
+  // The count of decoded frames is checked as well, for headers that lie.
+  const auto too_long = [&] { return TooLong(label, max_seconds); };
   const int64_t channels = info.channels;
   AudioClip clip;
   clip.sample_rate = info.samplerate;
@@ -174,35 +185,34 @@ Status OpenError(SNDFILE* null_handle, const std::string& label) {
 
 }  // namespace
 
-Result<AudioClip> DecodeAudioBytes(std::span<const uint8_t> bytes, const std::string& label, int64_t max_seconds) {
+namespace {
+
+// Opens in-memory bytes with libsndfile; `mem` must outlive the handle.
+Result<SndfilePtr> OpenBytes(std::span<const uint8_t> bytes, const std::string& label, MemoryFile* mem,
+                             SF_INFO* info) {
   if (bytes.empty()) return InvalidArgument(label + ": the audio data is empty (0 bytes)");
-  MemoryFile mem{bytes, 0};
+  *mem = MemoryFile{bytes, 0};
   SF_VIRTUAL_IO io{MemLength, MemSeek, MemRead, MemWrite, MemTell};
-  SF_INFO info{};
-  SndfilePtr snd(sf_open_virtual(&io, SFM_READ, &info, &mem));
+  SndfilePtr snd(sf_open_virtual(&io, SFM_READ, info, mem));
   if (!snd) return OpenError(nullptr, label);
+  return snd;
+}
+
+}  // namespace
+
+Result<AudioClip> DecodeAudioBytes(std::span<const uint8_t> bytes, const std::string& label, int64_t max_seconds) {
+  MemoryFile mem;
+  SF_INFO info{};
+  PHI4MM_ASSIGN_OR_RETURN(SndfilePtr snd, OpenBytes(bytes, label, &mem, &info));
   return ReadAll(snd.get(), info, label, max_seconds);
 }
 
 Result<AudioInfo> ReadAudioInfo(std::span<const uint8_t> bytes, const std::string& label, int64_t max_seconds) {
-  if (bytes.empty()) return InvalidArgument(label + ": the audio data is empty (0 bytes)");
-  MemoryFile mem{bytes, 0};
-  SF_VIRTUAL_IO io{MemLength, MemSeek, MemRead, MemWrite, MemTell};
+  MemoryFile mem;
   SF_INFO info{};
-  SndfilePtr snd(sf_open_virtual(&io, SFM_READ, &info, &mem));
-  if (!snd) return OpenError(nullptr, label);
-  if (info.samplerate < kMinAudioSampleRate || info.samplerate > kMaxAudioSampleRate) {
-    return InvalidArgument(label + ": sample rate " + std::to_string(info.samplerate) + " Hz is outside " +
-                           std::to_string(kMinAudioSampleRate) + "-" + std::to_string(kMaxAudioSampleRate) + " Hz");
-  }
-  AudioInfo out;
-  out.sample_rate = info.samplerate;
-  const bool known = info.frames > 0 && info.frames != SF_COUNT_MAX;
-  out.frames = known ? info.frames : 0;
-  max_seconds = std::clamp<int64_t>(max_seconds, 1, kMaxAudioSeconds);
-  if (known && info.frames > max_seconds * info.samplerate)
-    return OutOfRange(label + ": the audio is longer than " + std::to_string(max_seconds) + " s");
-  return out;
+  PHI4MM_ASSIGN_OR_RETURN(SndfilePtr snd, OpenBytes(bytes, label, &mem, &info));
+  PHI4MM_RETURN_IF_ERROR(CheckHeader(snd.get(), info, label, &max_seconds));
+  return AudioInfo{info.samplerate, KnownLength(info) ? info.frames : 0};
 }
 
 Result<AudioClip> DecodeAudioFile(const std::string& path, int64_t max_seconds) {

@@ -151,10 +151,10 @@ Result<Image> DecodeWebp(std::span<const uint8_t> bytes, const std::string& labe
   return img;
 }
 
-}  // namespace
-
-Result<Image> DecodeImageBytes(std::span<const uint8_t> bytes, const std::string& label,
-                               const ImageDecodeLimits& limits) {
+// The checks every reading of image bytes starts with (empty, over 2 GiB, the limits themselves),
+// then the container's inspection.
+Result<image_internal::FormatInfo> Inspect(std::span<const uint8_t> bytes, const std::string& label,
+                                           const ImageDecodeLimits& limits) {
   if (bytes.empty()) {
     return DataLoss(label + " is empty (0 bytes); expected a JPEG, PNG, BMP, GIF, PPM/PGM or WebP image");
   }
@@ -164,6 +164,14 @@ Result<Image> DecodeImageBytes(std::span<const uint8_t> bytes, const std::string
   }
   if (limits.max_pixels < 1) return InvalidArgument("ImageDecodeLimits.max_pixels must be positive");
   PHI4MM_ASSIGN_OR_RETURN(const image_internal::FormatInfo info, image_internal::InspectImage(bytes, label));
+  return info;
+}
+
+}  // namespace
+
+Result<Image> DecodeImageBytes(std::span<const uint8_t> bytes, const std::string& label,
+                               const ImageDecodeLimits& limits) {
+  PHI4MM_ASSIGN_OR_RETURN(const image_internal::FormatInfo info, Inspect(bytes, label, limits));
   if (info.width > 0 && info.height > 0) PHI4MM_RETURN_IF_ERROR(CheckSize(info.width, info.height, label, limits));
   if (info.min_bytes > bytes.size()) {
     return DataLoss(label + ": the file is truncated (it holds " + std::to_string(bytes.size()) + " bytes, its " +
@@ -191,15 +199,7 @@ Result<Image> DecodeImageBytes(std::span<const uint8_t> bytes, const std::string
 
 Result<ImageSize> ReadImageSize(std::span<const uint8_t> bytes, const std::string& label,
                                 const ImageDecodeLimits& limits) {
-  if (bytes.empty()) {
-    return DataLoss(label + " is empty (0 bytes); expected a JPEG, PNG, BMP, GIF, PPM/PGM or WebP image");
-  }
-  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    return InvalidArgument(label + " is " + std::to_string(bytes.size()) +
-                           " bytes; image files over 2 GiB are not supported");
-  }
-  if (limits.max_pixels < 1) return InvalidArgument("ImageDecodeLimits.max_pixels must be positive");
-  PHI4MM_ASSIGN_OR_RETURN(const image_internal::FormatInfo info, image_internal::InspectImage(bytes, label));
+  PHI4MM_ASSIGN_OR_RETURN(const image_internal::FormatInfo info, Inspect(bytes, label, limits));
   ImageSize size{info.width, info.height};
   if (info.format == image_internal::Format::kWebp) {
     int w = 0, h = 0;

@@ -31,23 +31,16 @@ bool ByteBudget::TryTake(int64_t bytes) {
 
 bool ByteBudget::Cancel(Ticket ticket) {
   std::vector<std::function<void()>> run;
-  bool found = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = std::find_if(waiters_.begin(), waiters_.end(), [&](const Waiter& w) { return w.ticket == ticket; });
     if (it == waiters_.end()) return false;
     waiters_.erase(it);
-    found = true;
     // The withdrawn waiter may have been the one blocking those behind it.
-    while (!waiters_.empty() && waiters_.front().bytes <= limit_ - used_) {
-      used_ += waiters_.front().bytes;
-      peak_ = std::max(peak_, used_);
-      run.push_back(std::move(waiters_.front().granted));
-      waiters_.pop_front();
-    }
+    run = GrantLocked();
   }
   for (auto& f : run) f();
-  return found;
+  return true;
 }
 
 void ByteBudget::Give(int64_t bytes) {
@@ -55,14 +48,20 @@ void ByteBudget::Give(int64_t bytes) {
   {
     std::lock_guard<std::mutex> l(mu_);
     used_ -= bytes;
-    while (!waiters_.empty() && waiters_.front().bytes <= limit_ - used_) {
-      used_ += waiters_.front().bytes;
-      peak_ = std::max(peak_, used_);
-      run.push_back(std::move(waiters_.front().granted));
-      waiters_.pop_front();
-    }
+    run = GrantLocked();
   }
   for (auto& f : run) f();
+}
+
+std::vector<std::function<void()>> ByteBudget::GrantLocked() {
+  std::vector<std::function<void()>> run;
+  while (!waiters_.empty() && waiters_.front().bytes <= limit_ - used_) {
+    used_ += waiters_.front().bytes;
+    peak_ = std::max(peak_, used_);
+    run.push_back(std::move(waiters_.front().granted));
+    waiters_.pop_front();
+  }
+  return run;
 }
 
 int64_t ByteBudget::used() const {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace phi4mm::server::http {
 
@@ -43,6 +44,10 @@ class ByteBudget {
     int64_t bytes;
     std::function<void()> granted;
   };
+  // Takes bytes for the waiters at the head that now fit (mu_ held); their callbacks, to run after
+  // the lock is released.
+  std::vector<std::function<void()>> GrantLocked();
+
   const int64_t limit_;
   mutable std::mutex mu_;
   int64_t used_ = 0, peak_ = 0;

@@ -121,7 +121,7 @@ bool Conn::OnHeader() {
     RefuseTooLarge();
     return false;
   }
-  const RouteEntry* route = nullptr;
+  route = nullptr;
   std::string allowed;
   for (const RouteEntry& r : s.routes) {
     const bool match = r.prefix ? head.path.rfind(r.path, 0) == 0 : head.path == r.path;
@@ -432,16 +432,7 @@ void Conn::Close(bool graceful) {
   s.conns.erase(id);
 }
 
-const RouteEntry* FindRoute(const std::vector<RouteEntry>& routes, const std::string& method, const std::string& path) {
-  for (const RouteEntry& r : routes) {
-    const bool match = r.prefix ? path.rfind(r.path, 0) == 0 : path == r.path;
-    if (match && r.method == method) return &r;
-  }
-  return nullptr;
-}
-
 void Conn::DispatchRequest(Request req) {
-  const RouteEntry* route = FindRoute(s.routes, req.method, req.path);
   sig = std::make_shared<ExchangeSignals>();
   auto st = std::make_shared<ExchangeState>();
   st->impl = s.self.lock();
@@ -450,10 +441,6 @@ void Conn::DispatchRequest(Request req) {
   st->sig = sig;
   st->max_backlog = s.opts.max_stream_backlog_bytes;
   Exchange ex(std::move(st));
-  if (route == nullptr) {  // cannot happen: OnHeader routed it
-    ex.Send(s.ErrorResponse(req, 404, "no such endpoint: " + req.method + " " + req.path));
-    return;
-  }
   if (route->run == Server::Run::kInline) {
     route->handler(req, std::move(ex));
     body_hold.Reset();

@@ -195,9 +195,10 @@ struct Conn : std::enable_shared_from_this<Conn> {
   bool reading = false, writing = false, peer_eof = false;
   std::deque<std::pair<std::string, int64_t>> out;  // bytes, and how many of them count as streamed backlog
 
-  // The request being received or answered.
+  // The request being received or answered, and its route (OnHeader finds it).
   uint64_t seq = 0;
   Request head;
+  const RouteEntry* route = nullptr;
   bool keep_alive = true, close_after = false, response_complete = false, linger = false;
   BudgetHold body_hold;
   ByteBudget::Ticket body_ticket = 0;
@@ -254,8 +255,5 @@ struct Conn : std::enable_shared_from_this<Conn> {
   void Close(bool graceful);
   void DispatchRequest(Request req);
 };
-
-// The route for a request, or nullptr.
-const RouteEntry* FindRoute(const std::vector<RouteEntry>& routes, const std::string& method, const std::string& path);
 
 }  // namespace phi4mm::server::http
