@@ -105,6 +105,7 @@ struct ServeFlags {
   double header_timeout = 10, body_timeout = 120, idle_timeout = 60;
   int64_t media_budget_mb = 1024;
   bool metrics_public = false;
+  bool no_webui = false;
   bool lazy_towers = false;
   void Register(CLI::App* app);
 };

@@ -73,6 +73,7 @@ void ServeFlags::Register(CLI::App* app) {
   app->add_option("--sse-ping-seconds", sse_ping_seconds, "Keep-alive interval while an answer is silent")
       ->capture_default_str();
   app->add_flag("--metrics-public", metrics_public, "Serve /metrics without the API key");
+  app->add_flag("--no-webui", no_webui, "Do not serve the chat page at /");
   app->add_option("--max-connections", max_connections,
                   "Open connections in all (when full, the oldest one still waiting for a request is closed)")
       ->capture_default_str();
@@ -218,6 +219,7 @@ int ServeCommand(const ServeFlags& f) {
   so.request_timeout_seconds = f.request_timeout;
   so.sse_ping_seconds = f.sse_ping_seconds;
   so.metrics_public = f.metrics_public;
+  so.webui = !f.no_webui;
   so.http.max_connections = static_cast<int>(f.max_connections);
   so.http.max_connections_per_client = static_cast<int>(f.max_connections_per_client);
   so.http.workers = static_cast<int>(f.http_workers);
@@ -235,6 +237,7 @@ int ServeCommand(const ServeFlags& f) {
   auto port = srv.Start();
   if (!port.ok()) return ReportError(port.status());
   std::printf("listening on http://%s:%d\n", f.host.c_str(), *port);
+  if (so.webui) std::printf("chat page: http://%s:%d/\n", f.host.c_str(), *port);
   std::fflush(stdout);
 
   auto model = LoadModel(f.model);

@@ -26,6 +26,7 @@ const std::set<std::string>& KnownPaths() {
 std::string EndpointLabel(const std::string& path) {
   if (KnownPaths().count(path)) return path;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  if (WebUiPath(path)) return "webui";
   return "other";
 }
 
@@ -41,7 +42,8 @@ bool SameKey(std::string_view a, std::string_view b) {
 }
 
 bool Public(const std::string& path, const ServerOptions& o) {
-  return path == "/health" || path == "/v1/health" || (path == "/metrics" && o.metrics_public);
+  return path == "/health" || path == "/v1/health" || (path == "/metrics" && o.metrics_public) ||
+         (o.webui && WebUiPath(path));
 }
 
 http::Options HttpOptions(const ServerOptions& o) {
@@ -161,6 +163,7 @@ Result<int> Server::Start() {
   InstallChatRoutes(s);
   InstallInfoRoutes(s);
   InstallAudioRoutes(s);
+  InstallWebUiRoutes(s);
   return s.http.Start();
 }
 

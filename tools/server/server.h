@@ -27,6 +27,7 @@ struct ServerOptions {
   double request_timeout_seconds = 1800;
   double sse_ping_seconds = 5;       // ": ping" (or a space before a JSON body) while nothing else was sent
   bool metrics_public = false;       // /metrics without the API key
+  bool webui = true;                 // the chat page at / (tools/server/webui/)
   // The HTTP layer: deadlines, connection limits, workers (http::Options; host, port and
   // max_body_bytes above take precedence over its fields).
   http::Options http;

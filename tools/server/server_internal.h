@@ -86,5 +86,8 @@ struct Server::Impl {
 void InstallChatRoutes(Server::Impl& s);
 void InstallInfoRoutes(Server::Impl& s);
 void InstallAudioRoutes(Server::Impl& s);
+void InstallWebUiRoutes(Server::Impl& s);
+// The chat page's paths: / and /ui/... (public: the page asks for the API key itself).
+bool WebUiPath(const std::string& path);
 
 }  // namespace phi4mm::server

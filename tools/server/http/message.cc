@@ -37,20 +37,26 @@ std::string HttpDate() {
 
 }  // namespace
 
-// The status line and headers of a response; `length` < 0: chunked.
+// The status line and headers of a response; `length` < 0: chunked. 204 and 304 have no body and
+// say nothing of one (RFC 9110 15.3.5, 15.4.5).
 std::string Head(int status, const std::string& content_type, const std::vector<Header>& headers, int64_t length,
                  bool close) {
+  const bool bodiless = status == 204 || status == 304;
   std::string h = "HTTP/1.1 " + std::to_string(status) + " " + std::string(ReasonPhrase(status)) + "\r\n";
   h += "Date: " + HttpDate() + "\r\n";
-  if (!content_type.empty()) h += "Content-Type: " + content_type + "\r\n";
+  if (!content_type.empty() && !bodiless) h += "Content-Type: " + content_type + "\r\n";
   for (const Header& x : headers) {
     if (!SafeHeader(x) || IEquals(x.name, "content-length") || IEquals(x.name, "transfer-encoding") ||
         IEquals(x.name, "connection"))
       continue;
     h += x.name + ": " + x.value + "\r\n";
   }
-  if (length >= 0) h += "Content-Length: " + std::to_string(length) + "\r\n";
-  else h += "Transfer-Encoding: chunked\r\n";
+  if (bodiless) {
+  } else if (length >= 0) {
+    h += "Content-Length: " + std::to_string(length) + "\r\n";
+  } else {
+    h += "Transfer-Encoding: chunked\r\n";
+  }
   if (close) h += "Connection: close\r\n";
   h += "\r\n";
   return h;
@@ -70,6 +76,7 @@ std::string_view ReasonPhrase(int status) {
     case 100: return "Continue";
     case 200: return "OK";
     case 204: return "No Content";
+    case 304: return "Not Modified";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 403: return "Forbidden";

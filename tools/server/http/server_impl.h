@@ -4,6 +4,7 @@
 // used elsewhere.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -129,9 +130,12 @@ struct Server::Impl {
   ErrorPage error_page;
   std::function<void(const Request&, int)> on_response;
   std::function<std::vector<Header>()> default_headers;
-  // The default headers followed by `own`.
+  // The default headers that `own` does not name, followed by `own`.
   std::vector<Header> WithDefaults(const std::vector<Header>& own) const {
     std::vector<Header> all = default_headers ? default_headers() : std::vector<Header>{};
+    std::erase_if(all, [&](const Header& d) {
+      return std::any_of(own.begin(), own.end(), [&](const Header& o) { return IEquals(o.name, d.name); });
+    });
     all.insert(all.end(), own.begin(), own.end());
     return all;
   }
