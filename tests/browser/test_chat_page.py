@@ -285,3 +285,37 @@ def test_narrow_and_dark_layouts(page, server):
     shot(page, "11-dark")
     set_settings(page, theme="light")
     assert page.execute_script("return getComputedStyle(document.body).backgroundColor") == "rgb(255, 255, 255)"
+
+
+def test_images_by_drop_and_paste_and_the_camera_picker(page, server):
+    png = base64.b64encode(open(PHOTO, "rb").read()).decode()
+    make_file = ("const bytes = Uint8Array.from(atob(arguments[0]), (c) => c.charCodeAt(0));"
+                 "const dt = new DataTransfer(); dt.items.add(new File([bytes], arguments[1], {type: 'image/png'}));")
+    page.execute_script(make_file + "document.getElementById('main').dispatchEvent("
+                        "new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true}));", png, "dropped.png")
+    dropped = wait_counted(page, 1)
+    page.execute_script(make_file + "document.getElementById('input').dispatchEvent("
+                        "new ClipboardEvent('paste', {clipboardData: dt, bubbles: true, cancelable: true}));", png,
+                        "pasted.png")
+    pasted = wait_counted(page, 2)
+    tokens = sum(count(server, image_part(PHOTO))["image_tokens"])
+    assert "dropped.png" in dropped["text"] and f"{tokens} tokens" in dropped["text"], dropped
+    assert "pasted.png" in pasted["text"] and f"{tokens} tokens" in pasted["text"], pasted
+    camera = by_id(page, "camera-input")
+    assert camera.get_attribute("capture") == "environment" and camera.get_attribute("accept") == "image/*"
+
+
+def test_every_control_has_a_name_for_screen_readers(page):
+    set_settings(page, max_tokens=8)
+    send(page, "Hello")
+    wait_answer(page, 1)
+    attach(page, PHOTO)
+    unnamed = page.execute_script("""
+        const name = (e) => (e.getAttribute('aria-label') || (e.labels && e.labels.length && e.labels[0].textContent)
+                             || e.textContent || e.getAttribute('title') || e.getAttribute('alt') || '').trim();
+        return Array.from(document.querySelectorAll('button, input, select, textarea, img, audio'))
+            .filter((e) => !name(e)).map((e) => e.outerHTML.slice(0, 80));
+    """)
+    assert unnamed == []
+    assert by_id(page, "messages").get_attribute("aria-live") == "polite"
+    assert page.find_element(By.TAG_NAME, "html").get_attribute("lang") == "en"
