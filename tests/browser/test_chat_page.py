@@ -170,7 +170,7 @@ def test_microphone_recording_is_answered_like_the_api(page, server):
 
 def test_stop_cancels_the_request_on_the_server(page, server):
     before = server.metrics().get(DISCONNECT, 0)
-    send(page, "Hello")  # the server's default limit: thousands of tokens
+    send(page, "Write a long story about the sea.")  # greedy, it runs to the server's default 2048 tokens
     wait_until(lambda: answers(page) and answer_text(answers(page)[-1]), 30, what="the first words")
     by_id(page, "stop").click()
     li = wait_answer(page, 1)
