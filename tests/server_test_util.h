@@ -45,7 +45,7 @@ inline TestServer StartTestServer(server::ServerOptions so = {}, EngineOptions e
   so.host = "127.0.0.1";
   so.port = 0;
   if (so.served_name == "phi4mm") so.served_name = "tiny";
-  so.build = {"test", "none", "auto"};
+  so.build = {"test", "none", "auto", ""};
   t.srv = std::make_unique<server::Server>(so);
   auto port = t.srv->Start();
   EXPECT_TRUE(port.ok()) << port.status().ToString();

@@ -128,6 +128,10 @@ def test_models_health_metrics(client, server, model_name):
     assert m['phi4mm_step_rows_bucket{le="1"}'] <= m['phi4mm_step_rows_bucket{le="512"}'] <= m["phi4mm_step_rows_count"]
 
 
+def server_model_name(server):
+    return server.post_json("/v1/chat/completions", {"model": "m", "messages": HELLO, "max_tokens": 1})[2]["model"]
+
+
 def test_metrics_parse_as_prometheus_and_openmetrics(client, server):
     """/metrics as Prometheus's text parser and, when asked for, OpenMetrics's parser read it: every
     family once, with its type, and the values the simple parser of these tests reads."""
@@ -142,6 +146,18 @@ def test_metrics_parse_as_prometheus_and_openmetrics(client, server):
     types = {f.name: f.type for f in families}
     assert types["phi4mm_requests"] == "counter" and types["phi4mm_step_rows"] == "histogram"
     assert types["phi4mm_kv_cache_bytes"] == "gauge" and types["phi4mm_media_budget_bytes"] == "gauge"
+    # vLLM's names for what routers and gateways read (docs/deploy.md), with vLLM's types and labels.
+    for name, kind in [("vllm:num_requests_running", "gauge"), ("vllm:num_requests_waiting", "gauge"),
+                       ("vllm:kv_cache_usage_perc", "gauge"), ("vllm:gpu_cache_usage_perc", "gauge"),
+                       ("vllm:prefix_cache_queries", "counter"), ("vllm:prefix_cache_hits", "counter"),
+                       ("vllm:lora_requests_info", "gauge"), ("vllm:time_to_first_token_seconds", "histogram"),
+                       ("vllm:inter_token_latency_seconds", "histogram"),
+                       ("vllm:e2e_request_latency_seconds", "histogram"), ("vllm:request_success", "counter")]:
+        assert types[name] == kind, (name, types.get(name))
+    waiting = {f.name: f for f in families}["vllm:num_requests_waiting"].samples[0]
+    assert waiting.labels == {"model_name": server_model_name(server), "engine": "0"}
+    lora = {f.name: f for f in families}["vllm:lora_requests_info"].samples[0]
+    assert set(lora.labels) == {"running_lora_adapters", "waiting_lora_adapters", "max_lora"}
     status, headers, raw = server.request("GET", "/metrics",
                                           headers={"Accept": "application/openmetrics-text;version=1.0.0,"
                                                              "text/plain;version=0.0.4;q=0.5"})

@@ -227,7 +227,7 @@ int ServeCommand(const ServeFlags& f) {
   so.http.body_timeout = f.body_timeout;
   so.http.idle_timeout = f.idle_timeout;
   so.media_budget_bytes = f.media_budget_mb << 20;
-  so.build = {PHI4MM_VERSION_STRING, f.model.quant, f.model.kv_dtype};
+  so.build = {PHI4MM_VERSION_STRING, f.model.quant, f.model.kv_dtype, so.served_name};
 
   std::signal(SIGPIPE, SIG_IGN);
   RaiseDescriptorLimit(f.max_connections);

@@ -1,7 +1,8 @@
 // The server's Prometheus metrics (/metrics, text format 0.0.4): request, rejection and
 // cancellation counters kept by the HTTP side, token counters and latency histograms fed from
 // each finished request's RequestResult, and the engine's own gauges and counters read from
-// EngineStats when the page is rendered. Names follow the spec (phi4mm_*).
+// EngineStats when the page is rendered. Names follow the spec (phi4mm_*); the series that routers
+// and inference gateways read are also given under vLLM's names (vllm:*, metrics_vllm.cc).
 #pragma once
 
 #include <array>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "metrics_text.h"
 #include "phi4mm/runtime/engine.h"
 
 namespace phi4mm::server {
@@ -21,7 +23,8 @@ class Histogram {
   // One counted elsewhere: counts per bucket (not cumulative, the last for +Inf) and their sum.
   static Histogram FromCounts(std::vector<double> bounds, std::vector<uint64_t> counts, double sum);
   void Observe(double v);
-  void Render(const std::string& name, const std::string& help, std::string* out) const;
+  // `labels`: the series' labels (text between the braces, without "le"), or empty.
+  void Render(const std::string& name, const std::string& help, MetricsText* t, const std::string& labels = "") const;
 
  private:
   std::vector<double> bounds_;
@@ -30,8 +33,15 @@ class Histogram {
   uint64_t n_ = 0;
 };
 
+// vLLM's histogram buckets (vllm/v1/metrics/loggers.py): time to first token, inter-token
+// latency, and the request latencies (end to end, queue).
+std::vector<double> VllmTtftBuckets();
+std::vector<double> VllmItlBuckets();
+std::vector<double> VllmLatencyBuckets();
+
 struct BuildInfo {
   std::string version, quant, kv_dtype;
+  std::string model_name;  // the served name: the model_name label of the vllm: series
 };
 
 // The server's own gauges, read when /metrics is rendered.
@@ -61,6 +71,9 @@ class Metrics {
                      bool openmetrics = false) const;
 
  private:
+  // The vllm:* family (metrics_vllm.cc); mu_ held.
+  void RenderVllm(const std::string& model_name, const EngineStats* e, MetricsText* t) const;
+
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, uint64_t> rejected_, cancelled_;
@@ -68,6 +81,9 @@ class Metrics {
   double recent_seconds_ = 5;  // RecentRequestSeconds
   bool have_recent_ = false;
   Histogram ttft_, itl_, e2e_, queue_, image_encode_, audio_encode_;
+  // The same latencies in vLLM's buckets, and finished answers by vLLM's finished_reason.
+  Histogram vllm_ttft_, vllm_itl_, vllm_e2e_, vllm_queue_;
+  uint64_t finished_stop_ = 0, finished_length_ = 0;
 };
 
 }  // namespace phi4mm::server

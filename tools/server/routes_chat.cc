@@ -9,11 +9,8 @@
 
 namespace phi4mm::server {
 
-namespace {
-
-// Parses the body and the request; false (with the error sent) when either is bad.
-bool Parse(Server::Impl& s, http::Request& req, const http::Exchange& ex, bool chat, ParsedRequest* out,
-           ModelFacts* facts_out = nullptr) {
+bool ParseApiRequest(Server::Impl& s, http::Request& req, const http::Exchange& ex, bool chat, ParsedRequest* out,
+                     ModelFacts* facts_out, bool answer_streams) {
   Json body;
   ApiError e = ParseBody(req.body, s.opts.limits.max_json_depth, &body);
   req.body.Clear();
@@ -22,7 +19,7 @@ bool Parse(Server::Impl& s, http::Request& req, const http::Exchange& ex, bool c
     return false;
   }
   // A streamed answer can tell a half-closed client from one that left (http_server.h).
-  if (const Json* st = Member(body, "stream"); st != nullptr && st->is_boolean() && st->get<bool>())
+  if (const Json* st = Member(body, "stream"); answer_streams && st != nullptr && st->is_boolean() && st->get<bool>())
     ex.SetHalfCloseProbe(std::string(kSsePing));
   ModelFacts facts;
   {
@@ -41,6 +38,8 @@ bool Parse(Server::Impl& s, http::Request& req, const http::Exchange& ex, bool c
   if (facts_out != nullptr) *facts_out = facts;
   return true;
 }
+
+namespace {
 
 // The input_tokens answer: the prompt's tokens by kind, without running any encoder.
 void CountTokens(Server::Impl& s, const ParsedRequest& p, const http::Exchange& ex) {
@@ -74,7 +73,7 @@ void InstallChatRoutes(Server::Impl& s) {
   s.http.Route("POST", "/v1/chat/completions", Run::kWorker, [&s](http::Request& req, http::Exchange ex) {
     ParsedRequest p;
     ModelFacts facts;
-    if (!Parse(s, req, ex, true, &p, &facts)) return;
+    if (!ParseApiRequest(s, req, ex, true, &p, &facts)) return;
     OutputFormat f;
     f.kind = OutputFormat::kChat;
     f.stream = p.stream;
@@ -90,7 +89,7 @@ void InstallChatRoutes(Server::Impl& s) {
 
   s.http.Route("POST", "/v1/completions", Run::kWorker, [&s](http::Request& req, http::Exchange ex) {
     ParsedRequest p;
-    if (!Parse(s, req, ex, false, &p)) return;
+    if (!ParseApiRequest(s, req, ex, false, &p)) return;
     OutputFormat f;
     f.kind = OutputFormat::kCompletion;
     f.stream = p.stream;
@@ -101,7 +100,7 @@ void InstallChatRoutes(Server::Impl& s) {
   s.http.Route("POST", "/v1/chat/completions/input_tokens", Run::kWorker, [&s](http::Request& req, http::Exchange ex) {
     ParsedRequest p;
     ModelFacts facts;
-    if (!Parse(s, req, ex, true, &p, &facts)) return;
+    if (!ParseApiRequest(s, req, ex, true, &p, &facts)) return;
     // Images are counted from their size; clips are decoded (their tokens follow the log-mel frames).
     s.AdmitMedia(std::move(p), facts, ex, /*counting=*/true,
                  [&s, ex](ParsedRequest admitted, std::shared_ptr<http::BudgetHold>, int64_t) {

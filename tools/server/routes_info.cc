@@ -69,7 +69,9 @@ void InstallInfoRoutes(Server::Impl& s) {
     g.media_budget_used = s.media_budget.used();
     g.media_budget_peak = s.media_budget.peak();
     g.media_budget_waiting = s.media_budget.waiting();
-    r.body = s.metrics.Render(s.opts.build, st ? &*st : nullptr, g, om);
+    BuildInfo build = s.opts.build;
+    build.model_name = s.opts.served_name;
+    r.body = s.metrics.Render(build, st ? &*st : nullptr, g, om);
     ex.Send(std::move(r));
   });
 }

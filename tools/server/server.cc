@@ -17,7 +17,8 @@ namespace {
 
 const std::set<std::string>& KnownPaths() {
   static const std::set<std::string> paths = {"/v1/chat/completions", "/v1/completions",
-                                              "/v1/chat/completions/input_tokens", "/v1/models",
+                                              "/v1/chat/completions/input_tokens", "/v1/chat/completions/render",
+                                              "/v1/completions/render", "/v1/models",
                                               "/v1/audio/transcriptions", "/v1/audio/translations",
                                               "/health", "/v1/health", "/metrics"};
   return paths;
@@ -163,6 +164,7 @@ Result<int> Server::Start() {
   InstallChatRoutes(s);
   InstallInfoRoutes(s);
   InstallAudioRoutes(s);
+  InstallRenderRoutes(s);
   InstallWebUiRoutes(s);
   return s.http.Start();
 }

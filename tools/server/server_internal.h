@@ -83,7 +83,15 @@ struct Server::Impl {
                   AdmittedNext next);
 };
 
+// Parses a chat (or completions) body into `out`; false, with the error sent, when the body or the
+// request is bad. `answer_streams`: the answer is an SSE stream when the body says "stream": true
+// (the connection then probes a half-closed client with SSE comments); false for routes that
+// answer JSON whatever the body says (render).
+bool ParseApiRequest(Server::Impl& s, http::Request& req, const http::Exchange& ex, bool chat, ParsedRequest* out,
+                     ModelFacts* facts_out = nullptr, bool answer_streams = true);
+
 void InstallChatRoutes(Server::Impl& s);
+void InstallRenderRoutes(Server::Impl& s);
 void InstallInfoRoutes(Server::Impl& s);
 void InstallAudioRoutes(Server::Impl& s);
 void InstallWebUiRoutes(Server::Impl& s);

@@ -126,6 +126,8 @@ struct State;
 
 struct EngineStats {
   int64_t running = 0, waiting = 0;
+  // The same by the LoRA mode the requests run in (LoraMode order: none, vision, speech).
+  std::array<int64_t, 3> running_by_mode{}, waiting_by_mode{};
   int64_t kv_reserved_bytes = 0, kv_budget_bytes = 0;
   int64_t steps = 0, batch_rows = 0, prefill_rows = 0, decode_rows = 0;
   std::array<int64_t, 3> rows_by_mode{};  // batch rows by LoRA mode, in LoraMode order (none, vision, speech)

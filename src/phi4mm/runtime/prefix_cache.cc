@@ -9,6 +9,7 @@ PrefixCache::Match PrefixCache::Find(LoraMode mode, bool long_rope, std::span<co
                                      int64_t max_length) {
   std::lock_guard<std::mutex> l(mu_);
   ++stats_.lookups;
+  stats_.query_tokens += std::min(static_cast<int64_t>(keys.size()), std::max<int64_t>(0, max_length));
   Match best;
   auto best_it = lru_.end();
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {

@@ -21,6 +21,7 @@ namespace phi4mm {
 
 struct PrefixCacheStats {
   int64_t lookups = 0, hits = 0, hit_tokens = 0, entries = 0, bytes = 0, evictions = 0;
+  int64_t query_tokens = 0;  // prompt positions looked up (what hit_tokens is a share of)
 };
 
 class PrefixCache {

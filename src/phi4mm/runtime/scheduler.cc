@@ -11,6 +11,16 @@ namespace phi4mm::engine_internal {
 
 namespace {
 
+// Moves a request between the waiting and running counts (under st.mu): the totals and those of
+// its LoRA mode change by `waiting` and `running`.
+void Recount(State& st, const Seq& s, int waiting, int running) {
+  const size_t mode = static_cast<size_t>(s.prompt.mode);
+  st.counters.waiting += waiting;
+  st.counters.waiting_by_mode[mode] += waiting;
+  st.counters.running += running;
+  st.counters.running_by_mode[mode] += running;
+}
+
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // Ends a request: its closing text (unless cut short), its result and counters, and it gives back
@@ -44,8 +54,8 @@ void Complete(State& st, Seq& s, FinishReason reason, Status status = Status::Ok
   g.prompt_tokens = static_cast<int64_t>(s.prompt.ids.size()) - s.result.cached_prompt_tokens;
   {
     std::lock_guard<std::mutex> l(st.mu);
-    if (s.phase == Phase::kQueued) --st.counters.waiting;
-    else --st.counters.running;
+    if (s.phase == Phase::kQueued) Recount(st, s, -1, 0);
+    else Recount(st, s, 0, -1);
     if (reason == FinishReason::kCancelled) ++st.counters.cancelled;
     else if (reason == FinishReason::kDeadline) ++st.counters.expired;
     else ++st.counters.finished;
@@ -163,8 +173,7 @@ void Preempt(State& st, std::unique_ptr<Seq> sp) {
   {
     std::lock_guard<std::mutex> l(st.mu);
     ++st.counters.preempted;
-    --st.counters.running;
-    ++st.counters.waiting;
+    Recount(st, s, 1, -1);
   }
   st.waiting.push_front(std::move(sp));
 }
@@ -473,7 +482,7 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
       while (!st.incoming.empty()) {
         st.waiting.push_back(std::move(st.incoming.front()));
         st.incoming.pop_front();
-        ++st.counters.waiting;
+        Recount(st, *st.waiting.back(), 1, 0);
       }
       st.nudged = false;
     }
@@ -485,8 +494,7 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
       st.running.push_back(std::move(st.waiting.front()));
       st.waiting.pop_front();
       std::lock_guard<std::mutex> l(st.mu);
-      --st.counters.waiting;
-      ++st.counters.running;
+      Recount(st, *st.running.back(), -1, 1);
     }
     bool worked = EncodeSlice(m, o, st);
     MakeRoomToDecode(m, o, st);
@@ -504,7 +512,7 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
     while (!st.incoming.empty()) {
       st.waiting.push_back(std::move(st.incoming.front()));
       st.incoming.pop_front();
-      ++st.counters.waiting;
+      Recount(st, *st.waiting.back(), 1, 0);
     }
   }
   for (auto& s : st.waiting) Complete(st, *s, FinishReason::kCancelled);
