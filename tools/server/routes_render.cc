@@ -38,7 +38,7 @@ void MarkMediaRows(std::vector<int32_t>* ids, int32_t placeholder, const std::ve
   size_t item = 0;
   int64_t row = 0;
   for (int32_t& id : *ids) {
-    if (id != placeholder || item >= digests.size()) continue;
+    if (id != placeholder || item >= digests.size() || item >= counts.size()) continue;
     id = MediaRowId(digests[item], row, vocab);
     if (++row == counts[item]) {
       ++item;
