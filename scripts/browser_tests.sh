@@ -13,12 +13,7 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver
 fi
 venv=build/browser-venv
-if ! python3 -c "import ensurepip, venv" 2>/dev/null; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv
-fi
-if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
-"$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes -r tests/browser/requirements.txt
+bash scripts/python_venv.sh "$venv" tests/browser/requirements.txt --require-hashes
 export PHI4MM_BIN="${PHI4MM_BIN:-$PWD/build/phi4mm}"
 "$venv/bin/python" -m pytest -q -s -p no:cacheprovider tests/browser
 echo "screenshots: build/webui-screenshots/"

@@ -9,12 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "== replicas behind vllm-router (tools/replicas) =="
 venv=build/router-venv
-if ! python3 -c "import ensurepip, venv" 2>/dev/null; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv
-fi
-if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
-"$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes -r tools/replicas/requirements.txt
+bash scripts/python_venv.sh "$venv" tools/replicas/requirements.txt --require-hashes
 python3 tools/replicas/replica_driver.py --model tests/fixtures/trained/orig --router "$venv/bin/vllm-router" \
   --phi4mm "${PHI4MM_BIN:-$PWD/build/phi4mm}" --policies cache_aware,round_robin,consistent_hash,consistent_hash \
   --clients 16 --turns 4 --kill-after 20 --deadline 300 --request-timeout 120 --check

@@ -92,6 +92,25 @@ def metrics(port):
     return out
 
 
+def answers(url):
+    """True when GET url answers 200."""
+    try:
+        return http("GET", url, timeout=2)[0] == 200
+    except OSError:
+        return False
+
+
+def wait_until_ready(proc, ready, what, log, deadline):
+    """Polls ready() until it holds; raises when `proc` exits first or `deadline` passes."""
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}; see {log}")
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not become ready in time")
+
+
 def stop(proc, grace=20):
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -114,22 +133,14 @@ class Replica:
         self.killed = False
 
     def wait_ready(self, deadline):
-        while time.monotonic() < deadline:
+        def healthy():
             if self.port is None:
                 with open(self.out) as f:
                     m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", f.read())
                 if m:
                     self.port = int(m.group(1))
-            if self.port is not None:
-                try:
-                    if http("GET", f"http://127.0.0.1:{self.port}/health", timeout=2)[0] == 200:
-                        return
-                except OSError:
-                    pass
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"a replica exited with {self.proc.returncode}; see {self.log.name}")
-            time.sleep(0.1)
-        raise RuntimeError("a replica did not become healthy in time")
+            return self.port is not None and answers(f"http://127.0.0.1:{self.port}/health")
+        wait_until_ready(self.proc, healthy, "a replica", self.log.name, deadline)
 
     @property
     def url(self):
@@ -147,16 +158,8 @@ class Router:
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def wait_ready(self, deadline):
-        while time.monotonic() < deadline:
-            try:
-                if http("GET", f"http://127.0.0.1:{self.port}/v1/models", timeout=2)[0] == 200:
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm-router exited with {self.proc.returncode}; see {self.log.name}")
-            time.sleep(0.1)
-        raise RuntimeError("vllm-router did not start in time")
+        wait_until_ready(self.proc, lambda: answers(f"http://127.0.0.1:{self.port}/v1/models"), "vllm-router",
+                         self.log.name, deadline)
 
     def routing_inputs(self):
         """From the router's own metrics: how it got token ids for its policy (result="render": from
