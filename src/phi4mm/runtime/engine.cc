@@ -176,10 +176,7 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   }
   request.media = MediaInputs{};  // decoded pixels and samples are no longer needed
   seq->tokens = seq->prompt.ids;
-  seq->stop_ids = request.generate.stop_ids.empty() ? cfg.generation.eos_token_ids : request.generate.stop_ids;
-  seq->sampler.emplace(request.generate.sampling, m.tokenizer().vocab_size());
-  seq->sampler->SetPromptLength(static_cast<size_t>(n));
-  seq->answer.emplace(m.tokenizer(), request.generate.stop_strings);
+  seq->answer.emplace(m, request.generate, static_cast<size_t>(n));
   seq->result.count = seq->prompt.count;
   seq->req = std::move(request);
   seq->submitted = Clock::now();

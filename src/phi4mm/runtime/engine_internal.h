@@ -10,7 +10,7 @@
 #include <thread>
 #include <variant>
 
-#include "phi4mm/runtime/answer_stream.h"
+#include "phi4mm/runtime/sequence.h"
 #include "phi4mm/runtime/engine.h"
 #include "phi4mm/runtime/kv_swap.h"
 
@@ -73,10 +73,8 @@ struct Seq {
   std::deque<std::pair<int8_t, int32_t>> to_encode;
   std::variant<std::monostate, VisionEncodeJob, SpeechEncodeJob> job;
   double job_seconds = 0;  // engine-thread time the running job's slices took so far
-  std::optional<Sampler> sampler;
-  std::optional<AnswerStream> answer;
-  std::vector<int32_t> stop_ids;
-  RequestResult result;
+  std::optional<Sequence> answer;  // the answer's token loop: sampler, constraint, stops, text
+  RequestResult result;           // result.generation is filled from `answer` when the request ends
   Clock::time_point submitted, admitted, first_token;
   Clock::time_point readmitted;  // the latest admission (preemption takes the latest first)
   bool has_first_token = false;

@@ -28,16 +28,11 @@ double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::d
 void Complete(State& st, Seq& s, FinishReason reason, Status status = Status::Ok()) {
   if (s.finished) return;
   s.finished = true;
+  const std::string_view tail = s.answer->Finish(reason);
   GenerateResult& g = s.result.generation;
-  g.finish = reason;
+  g = std::move(s.answer->result());
   if (status.ok()) {
-    if (reason == FinishReason::kCancelled || reason == FinishReason::kDeadline) {
-      g.text = s.answer->text().substr(0, s.answer->taken());
-    } else {
-      const std::string_view tail = s.answer->Finish(reason == FinishReason::kStopString);
-      if (!tail.empty() && s.req.on_event) s.req.on_event(StreamEvent{tail, -1});
-      g.text = s.answer->text();
-    }
+    if (!tail.empty() && s.req.on_event) s.req.on_event(StreamEvent{tail, -1});
     const int64_t len = s.cache.length();
     if (len > 0) {
       std::vector<uint64_t> keys(static_cast<size_t>(len));
@@ -309,33 +304,19 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
 
 // Samples the request's next token from `logits` [vocab] and streams it; the request either
 // goes on decoding or completes.
-void OnLogits(const Model& m, State& st, Seq& s, float* logits, int64_t vocab) {
+void OnLogits(State& st, Seq& s, float* logits, int64_t vocab) {
   s.phase = Phase::kDecoding;
-  GenerateResult& g = s.result.generation;
-  const GenerateOptions& go = s.req.generate;
-  if (static_cast<int64_t>(g.tokens.size()) >= go.max_new_tokens) return Complete(st, s, FinishReason::kMaxTokens);
-  if (static_cast<int64_t>(s.tokens.size()) >= m.context_length()) return Complete(st, s, FinishReason::kContextFull);
   const std::span<float> row(logits, static_cast<size_t>(vocab));
-  if (s.req.on_logits) s.req.on_logits(row);
-  const int32_t id = s.sampler->Next(row, s.tokens);
-  const TokenLogprobs* lp = nullptr;
-  if (s.sampler->records_logprobs()) {
-    g.logprobs.push_back(s.sampler->last_logprobs());
-    lp = &g.logprobs.back();
-  }
-  s.tokens.push_back(id);
-  g.tokens.push_back(id);
-  if (!s.has_first_token) {
+  const Sequence::Step step = s.answer->Next(row, &s.tokens, s.req.on_logits);
+  if (step.token >= 0 && !s.has_first_token) {
     s.has_first_token = true;
     s.first_token = Clock::now();
     s.result.time_to_first_token = Seconds(s.submitted, s.first_token);
   }
-  if (std::find(s.stop_ids.begin(), s.stop_ids.end(), id) != s.stop_ids.end())
-    return Complete(st, s, FinishReason::kEos);
-  if (s.answer->Push(id)) return Complete(st, s, FinishReason::kStopString);
-  const std::string_view ready = s.answer->TakeReady();
-  if (s.req.on_event && !s.req.on_event(StreamEvent{ready, id, lp})) return Complete(st, s, FinishReason::kCancelled);
-  if (static_cast<int64_t>(g.tokens.size()) >= go.max_new_tokens) return Complete(st, s, FinishReason::kMaxTokens);
+  if (!step.error.ok()) return Complete(st, s, FinishReason::kCancelled, step.error);
+  if (step.stream && s.req.on_event && !s.req.on_event(StreamEvent{step.text, step.token, step.logprobs}))
+    return Complete(st, s, FinishReason::kCancelled);
+  if (step.finish) Complete(st, s, *step.finish);
 }
 
 // One batched decoder step; false when no request had rows to run.
@@ -430,7 +411,7 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   st.defer_done = true;  // answered after the counters below
   for (const Rows& r : rows) {
     if (!r.logits || r.s->finished) continue;
-    OnLogits(m, st, *r.s, st.logits.data() + li * V, V);
+    OnLogits(st, *r.s, st.logits.data() + li * V, V);
     ++li;
   }
   {

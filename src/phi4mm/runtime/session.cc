@@ -1,7 +1,7 @@
 // Session: sequence bookkeeping, cache invalidation rules, and the generation loop.
 #include "phi4mm/runtime/session.h"
 
-#include "phi4mm/runtime/answer_stream.h"
+#include "phi4mm/runtime/sequence.h"
 
 #include <algorithm>
 #include <chrono>
@@ -134,7 +134,6 @@ Status Session::Append(std::span<const int32_t> ids, LoraMode mode, const MediaF
     Truncate(before);
     media_rows_.resize(rows_before);
   }
-  if (!st.ok()) Truncate(before);
   return st;
 }
 
@@ -150,49 +149,28 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
   res.prefill_seconds = Seconds(t0, t1);
   res.prompt_tokens = static_cast<int64_t>(tokens_.size()) - std::min<int64_t>(cached_before, tokens_.size());
 
-  const std::vector<int32_t>& stop_ids =
-      opts.stop_ids.empty() ? model_->config().generation.eos_token_ids : opts.stop_ids;
-  Sampler sampler(opts.sampling, model_->tokenizer().vocab_size());
-  AnswerStream answer(model_->tokenizer(), opts.stop_strings);
-  auto emit = [&](std::string_view piece) { return piece.empty() || !on_text || on_text(piece); };
-
-  const int64_t ctx = model_->context_length();
-  res.finish = FinishReason::kMaxTokens;
-  for (int64_t step = 0; step < opts.max_new_tokens; ++step) {
-    if (static_cast<int64_t>(tokens_.size()) >= ctx) {
-      res.finish = FinishReason::kContextFull;
+  Sequence seq(*model_, opts, tokens_.size());
+  for (int64_t step = 1;; ++step) {
+    Sequence::Step st = seq.Next(std::span(logits_), &tokens_);
+    if (st.token >= 0) media_row_.push_back(-1);
+    if (!st.error.ok()) return st.error;
+    if (st.stream && !st.text.empty() && on_text && !on_text(st.text)) st.finish = FinishReason::kCancelled;
+    if (st.finish) {
+      const std::string_view tail = seq.Finish(*st.finish);
+      if (!tail.empty() && on_text) on_text(tail);
       break;
     }
-    const int32_t id = sampler.Next(std::span(logits_), tokens_);
-    if (sampler.records_logprobs()) res.logprobs.push_back(sampler.last_logprobs());
-    tokens_.push_back(id);
-    media_row_.push_back(-1);
-    res.tokens.push_back(id);
-    if (std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end()) {
-      res.finish = FinishReason::kEos;
-      break;
-    }
-    if (answer.Push(id)) {
-      res.finish = FinishReason::kStopString;
-      break;
-    }
-    if (!emit(answer.TakeReady())) {
-      res.finish = FinishReason::kCancelled;
-      break;
-    }
-    if (step + 1 == opts.max_new_tokens) break;
     // Feed the sampled token to get the next logits.
     auto ts = std::chrono::steady_clock::now();
-    PHI4MM_RETURN_IF_ERROR(Sync(mode, "step." + std::to_string(step + 1) + "."));
+    PHI4MM_RETURN_IF_ERROR(Sync(mode, "step." + std::to_string(step) + "."));
     res.decode_seconds += Seconds(ts, std::chrono::steady_clock::now());
     ++res.decode_steps;
   }
-  if (res.finish == FinishReason::kCancelled) {
-    res.text = answer.text().substr(0, answer.taken());
-  } else {
-    emit(answer.Finish(res.finish == FinishReason::kStopString));
-    res.text = answer.text();
-  }
+  GenerateResult& g = seq.result();
+  res.tokens = std::move(g.tokens);
+  res.text = std::move(g.text);
+  res.finish = g.finish;
+  res.logprobs = std::move(g.logprobs);
   return res;
 }
 

@@ -17,6 +17,7 @@
 #include "phi4mm/base/tensor_tap.h"
 #include "phi4mm/models/lora_mode.h"
 #include "phi4mm/runtime/model.h"
+#include "phi4mm/runtime/output_constraint.h"
 #include "phi4mm/runtime/sampler.h"
 
 namespace phi4mm {
@@ -29,6 +30,7 @@ struct GenerateOptions {
   SamplingOptions sampling;
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
   std::vector<int32_t> stop_ids;          // empty = generation_config.json's eos ids
+  OutputConstraint constraint;            // the shape the answer must take (none: free text)
   // `vocab_size` > 0 also checks the logit-bias ids against the vocabulary.
   Status Validate(int64_t vocab_size = 0) const;
 };

@@ -1,0 +1,200 @@
+// The grammar layer on XGrammar's C++ core: the vocabulary as XGrammar's TokenizerInfo (raw token
+// bytes; special ids as empty strings, which XGrammar never allows inside a grammar), compiled
+// grammars cached by digest in a bounded LRU, the matcher's bitmask applied to a logits row, and
+// XGrammar's log hooks (it is built with XGRAMMAR_LOG_CUSTOMIZE): a warning while compiling means
+// part of the schema would be ignored, so it refuses the schema; nothing is printed.
+#include <xgrammar/xgrammar.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <list>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "phi4mm/base/sha256.h"
+#include "phi4mm/grammar/grammar.h"
+#include "phi4mm/grammar/schema_support.h"
+
+namespace xgrammar {
+// Declared by XGrammar's internal support/logging.h when XGRAMMAR_LOG_CUSTOMIZE is set.
+[[noreturn]] void LogFatalImpl(const std::string& file, int lineno, const std::string& message);
+void LogMessageImpl(const std::string& file, int lineno, int level, const std::string& message);
+}  // namespace xgrammar
+
+namespace {
+// Warnings XGrammar logs on this thread while a compile is collecting them (else dropped).
+thread_local std::vector<std::string>* t_warnings = nullptr;
+constexpr int kLogLevelWarning = 2;  // XGRAMMAR_LOG_LEVEL_WARNING
+}  // namespace
+
+[[noreturn]] void xgrammar::LogFatalImpl(const std::string& file, int lineno, const std::string& message) {
+  (void)file;
+  (void)lineno;
+  throw std::runtime_error(message);
+}
+
+void xgrammar::LogMessageImpl(const std::string& file, int lineno, int level, const std::string& message) {
+  (void)file;
+  (void)lineno;
+  if (level >= kLogLevelWarning && t_warnings != nullptr) t_warnings->push_back(message);
+}
+
+namespace phi4mm::grammar {
+
+struct CompiledGrammar::Impl {
+  xgrammar::CompiledGrammar compiled;
+  int64_t rows = 0;
+};
+
+size_t CompiledGrammar::memory_bytes() const { return impl_->compiled.MemorySizeBytes(); }
+
+struct Compiler::Impl {
+  Impl(xgrammar::TokenizerInfo info, int64_t rows, size_t cap)
+      : compiler(info, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), /*cache_enabled=*/false),
+        rows(rows),
+        capacity(std::max<size_t>(1, cap)) {}
+  xgrammar::GrammarCompiler compiler;
+  int64_t rows;
+  size_t capacity;
+  mutable std::mutex mu;
+  std::list<Digest> lru;  // most recent first
+  std::map<Digest, std::pair<std::shared_ptr<const CompiledGrammar>, std::list<Digest>::iterator>> cache;
+  CompilerStats stats;
+
+  template <class Fn>
+  Result<std::shared_ptr<const CompiledGrammar>> Cached(const Digest& key, Fn compile) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      auto it = cache.find(key);
+      if (it != cache.end()) {
+        lru.splice(lru.begin(), lru, it->second.second);
+        ++stats.cache_hits;
+        return it->second.first;
+      }
+    }
+    std::vector<std::string> warnings;
+    t_warnings = &warnings;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<const CompiledGrammar> g;
+    std::string error;
+    try {
+      g = std::make_shared<const CompiledGrammar>(
+          std::make_shared<const CompiledGrammar::Impl>(CompiledGrammar::Impl{compile(), rows}));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    t_warnings = nullptr;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!error.empty()) return InvalidArgument("the grammar engine cannot compile it: " + error);
+    if (!warnings.empty())
+      return InvalidArgument("the grammar engine would not enforce all of it: " + warnings.front());
+    std::lock_guard<std::mutex> l(mu);
+    ++stats.compiled;
+    stats.compile_seconds += secs;
+    if (cache.count(key) == 0) {
+      lru.push_front(key);
+      cache.emplace(key, std::make_pair(g, lru.begin()));
+      while (cache.size() > capacity) {
+        cache.erase(lru.back());
+        lru.pop_back();
+      }
+    }
+    stats.cached = static_cast<int64_t>(cache.size());
+    return g;
+  }
+};
+
+Result<std::shared_ptr<Compiler>> Compiler::Create(const Vocabulary& vocab, size_t cache_entries) {
+  if (vocab.rows < static_cast<int64_t>(vocab.token_bytes.size()) || vocab.rows <= 0)
+    return InvalidArgument("the logits rows (" + std::to_string(vocab.rows) + ") must hold every token id (" +
+                           std::to_string(vocab.token_bytes.size()) + ")");
+  try {
+    xgrammar::TokenizerInfo info(vocab.token_bytes, xgrammar::VocabType::RAW, static_cast<int>(vocab.rows),
+                                 std::vector<int32_t>{});
+    return std::shared_ptr<Compiler>(new Compiler(std::make_unique<Impl>(std::move(info), vocab.rows, cache_entries)));
+  } catch (const std::exception& e) {
+    return Internal(std::string("the grammar engine could not take the vocabulary: ") + e.what());
+  }
+}
+
+Compiler::Compiler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Compiler::~Compiler() = default;
+int64_t Compiler::rows() const { return impl_->rows; }
+
+CompilerStats Compiler::stats() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->stats;
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> Compiler::JsonSchema(std::string_view schema_json, bool strict) {
+  PHI4MM_RETURN_IF_ERROR(CheckSchemaSupported(schema_json));
+  Sha256 h;
+  h.Update("json_schema", 11);
+  h.UpdateValue(strict);
+  h.Update(schema_json.data(), schema_json.size());
+  const std::string schema(schema_json);
+  return impl_->Cached(h.Finish(), [&] {
+    // Compact JSON (", " and ": " separators, no free whitespace): a sampled answer cannot wander
+    // off into whitespace, and its text is the same whichever whitespace the model prefers.
+    return impl_->compiler.CompileJSONSchema(schema, /*any_whitespace=*/false, std::nullopt,
+                                             std::make_pair(std::string(", "), std::string(": ")), strict);
+  });
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> Compiler::JsonObject() {
+  Sha256 h;
+  h.Update("json_object", 11);
+  return impl_->Cached(h.Finish(), [&] {
+    return impl_->compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false, std::nullopt,
+                                             std::make_pair(std::string(", "), std::string(": ")), /*strict_mode=*/false);
+  });
+}
+
+struct Matcher::Impl {
+  Impl(std::shared_ptr<const CompiledGrammar> g, std::span<const int32_t> stop)
+      : grammar(std::move(g)),
+        matcher(grammar->impl().compiled, std::vector<int>(stop.begin(), stop.end())),
+        bits(static_cast<size_t>(xgrammar::GetBitmaskSize(static_cast<int>(grammar->impl().rows)))) {}
+  std::shared_ptr<const CompiledGrammar> grammar;
+  xgrammar::GrammarMatcher matcher;
+  std::vector<int32_t> bits;
+};
+
+Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::span<const int32_t> stop_ids)
+    : impl_(std::make_unique<Impl>(std::move(grammar), stop_ids)) {}
+Matcher::~Matcher() = default;
+Matcher::Matcher(Matcher&&) noexcept = default;
+Matcher& Matcher::operator=(Matcher&&) noexcept = default;
+
+void Matcher::MaskLogits(std::span<float> logits) {
+  int64_t shape = static_cast<int64_t>(impl_->bits.size());
+  DLTensor t{};
+  t.data = impl_->bits.data();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = DLDataType{kDLInt, 32, 1};
+  t.shape = &shape;
+  if (!impl_->matcher.FillNextTokenBitmask(&t)) return;  // every id allowed
+  const size_t n = std::min(logits.size(), static_cast<size_t>(impl_->grammar->impl().rows));
+  constexpr float kNeg = -std::numeric_limits<float>::infinity();
+  for (size_t w = 0; w * 32 < n; ++w) {
+    const uint32_t word = static_cast<uint32_t>(impl_->bits[w]);
+    if (word == 0xffffffffu) continue;
+    const size_t end = std::min(n, (w + 1) * 32);
+    for (size_t i = w * 32; i < end; ++i)
+      if (((word >> (i - w * 32)) & 1u) == 0) logits[i] = kNeg;
+  }
+  for (size_t i = n; i < logits.size(); ++i) logits[i] = kNeg;
+}
+
+bool Matcher::Accept(int32_t id) {
+  if (id < 0 || id >= impl_->grammar->impl().rows) return false;
+  return impl_->matcher.AcceptToken(id);
+}
+
+bool Matcher::terminated() const { return impl_->matcher.IsTerminated(); }
+
+}  // namespace phi4mm::grammar

@@ -1,0 +1,20 @@
+// Which JSON Schemas the grammar engine honours, checked before compiling: every keyword of the
+// schema is either one the engine enforces (the types, enum, const, local $ref with $defs or
+// definitions, anyOf, oneOf, allOf, the object, array, string and number keywords it implements,
+// and the formats it has patterns for), an annotation (title, description, default, examples, ...),
+// or an extension (x-*); anything else (not, if/then/else, dependentRequired, uniqueItems,
+// contains, an unknown format, a remote $ref, a misspelt keyword) is refused with the JSON pointer
+// of where it is, so a schema is never silently enforced only in part.
+#pragma once
+
+#include <string_view>
+
+#include "phi4mm/base/status.h"
+
+namespace phi4mm::grammar {
+
+// Ok, or InvalidArgument "<pointer>: <what is wrong and what to do>" for the first part of
+// `schema_json` (JSON text) that is malformed or unsupported.
+Status CheckSchemaSupported(std::string_view schema_json);
+
+}  // namespace phi4mm::grammar

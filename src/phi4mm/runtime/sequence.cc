@@ -1,0 +1,77 @@
+// Sequence: the token loop's one body (see sequence.h).
+#include "phi4mm/runtime/sequence.h"
+
+#include <algorithm>
+
+namespace phi4mm {
+
+namespace {
+const std::vector<int32_t>& StopIds(const Model& m, const GenerateOptions& o) {
+  return o.stop_ids.empty() ? m.config().generation.eos_token_ids : o.stop_ids;
+}
+}  // namespace
+
+Sequence::Sequence(const Model& model, const GenerateOptions& opts, size_t prompt_length)
+    : max_new_tokens_(opts.max_new_tokens),
+      context_(model.context_length()),
+      stop_ids_(StopIds(model, opts)),
+      sampler_(opts.sampling, model.tokenizer().vocab_size()),
+      answer_(model.tokenizer(), opts.stop_strings),
+      constraint_(opts.constraint, stop_ids_) {
+  sampler_.SetPromptLength(prompt_length);
+  result_.finish = FinishReason::kMaxTokens;
+}
+
+Sequence::Step Sequence::Next(std::span<float> logits, std::vector<int32_t>* tokens,
+                              const std::function<void(std::span<const float>)>& observe) {
+  Step step;
+  const int64_t made = static_cast<int64_t>(result_.tokens.size());
+  if (made >= max_new_tokens_) {
+    step.finish = FinishReason::kMaxTokens;
+    return step;
+  }
+  if (static_cast<int64_t>(tokens->size()) >= context_) {
+    step.finish = FinishReason::kContextFull;
+    return step;
+  }
+  if (observe) observe(logits);
+  constraint_.Mask(logits);
+  const int32_t id = sampler_.Next(logits, *tokens);
+  step.token = id;
+  if (sampler_.records_logprobs()) {
+    result_.logprobs.push_back(sampler_.last_logprobs());
+    step.logprobs = &result_.logprobs.back();
+  }
+  tokens->push_back(id);
+  result_.tokens.push_back(id);
+  if (Status e = constraint_.Accept(id); !e.ok()) {
+    step.error = e;
+    step.finish = FinishReason::kCancelled;
+    return step;
+  }
+  if (std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
+    step.finish = FinishReason::kEos;
+    return step;
+  }
+  if (answer_.Push(id)) {
+    step.finish = FinishReason::kStopString;
+    return step;
+  }
+  step.text = answer_.TakeReady();
+  step.stream = true;
+  if (made + 1 >= max_new_tokens_) step.finish = FinishReason::kMaxTokens;
+  return step;
+}
+
+std::string_view Sequence::Finish(FinishReason reason) {
+  result_.finish = reason;
+  if (reason == FinishReason::kCancelled || reason == FinishReason::kDeadline) {
+    result_.text = answer_.text().substr(0, answer_.taken());
+    return {};
+  }
+  const std::string_view tail = answer_.Finish(reason == FinishReason::kStopString);
+  result_.text = answer_.text();
+  return tail;
+}
+
+}  // namespace phi4mm
