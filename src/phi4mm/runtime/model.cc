@@ -39,6 +39,16 @@ Result<const VisionModel*> Model::vision() const {
   return vision_.get();
 }
 
+Result<grammar::Compiler*> Model::grammar() const {
+  std::lock_guard<std::mutex> lock(parts_mu_);
+  if (!grammar_) {
+    auto c = grammar::Compiler::Create(grammar::VocabularyOf(*tokenizer_, decoder_->lm_head().rows()));
+    if (!c.ok()) return c.status();
+    grammar_ = std::move(c).value();
+  }
+  return grammar_.get();
+}
+
 Result<const SpeechModel*> Model::speech() const {
   std::lock_guard<std::mutex> lock(parts_mu_);
   if (!speech_) {

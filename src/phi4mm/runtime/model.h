@@ -15,6 +15,7 @@
 #include "phi4mm/io/model_config.h"
 #include "phi4mm/models/decoder.h"
 #include "phi4mm/models/embedding.h"
+#include "phi4mm/grammar/grammar.h"
 #include "phi4mm/models/speech.h"
 #include "phi4mm/models/vision.h"
 #include "phi4mm/tokenizer/tokenizer.h"
@@ -74,6 +75,9 @@ class Model {
   // The vision / speech parts, loaded (and shape-checked) on first use; thread-safe.
   Result<const VisionModel*> vision() const;
   Result<const SpeechModel*> speech() const;
+  // The grammar compiler for this model's vocabulary (structured output), created on first use
+  // (about a second: the vocabulary is indexed); thread-safe, with its compiled-grammar cache.
+  Result<grammar::Compiler*> grammar() const;
 
  private:
   Model() = default;
@@ -87,6 +91,7 @@ class Model {
   mutable std::mutex parts_mu_;
   mutable std::shared_ptr<const VisionModel> vision_;
   mutable std::shared_ptr<const SpeechModel> speech_;
+  mutable std::shared_ptr<grammar::Compiler> grammar_;
 };
 
 }  // namespace phi4mm
