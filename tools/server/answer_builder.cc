@@ -6,6 +6,10 @@ namespace phi4mm::server {
 std::string AnswerBuilder::Push(std::string_view text, int32_t token) {
   if (in_call_) {
     call_text_ += text;
+    if (constrained_) {
+      std::vector<ToolCallDelta> d = stream_.Push(text);
+      deltas_.insert(deltas_.end(), d.begin(), d.end());
+    }
     return {};
   }
   content_ += text;
@@ -17,6 +21,7 @@ std::string AnswerBuilder::Push(std::string_view text, int32_t token) {
     if (at != std::string::npos && at >= sent_) {
       call_text_ = content_.substr(at + kToolCallOpen.size());
       content_.resize(at);
+      if (constrained_) deltas_ = stream_.Push(call_text_);
     }
   }
   std::string out = content_.substr(sent_);
@@ -25,7 +30,9 @@ std::string AnswerBuilder::Push(std::string_view text, int32_t token) {
 }
 
 std::string AnswerBuilder::Finish() {
-  if (in_call_) {
+  if (in_call_ && constrained_ && !stream_.calls().empty()) {
+    calls_ = stream_.calls();  // what the deltas carried, argument text for argument text
+  } else if (in_call_) {
     calls_ = ParseToolCalls(call_text_);
     if (calls_.empty()) {
       content_ += std::string(kToolCallOpen) + call_text_;
@@ -33,6 +40,12 @@ std::string AnswerBuilder::Finish() {
   }
   std::string out = content_.substr(sent_);
   sent_ = content_.size();
+  return out;
+}
+
+std::vector<ToolCallDelta> AnswerBuilder::TakeCallDeltas() {
+  std::vector<ToolCallDelta> out;
+  out.swap(deltas_);
   return out;
 }
 

@@ -43,7 +43,7 @@ struct Writer {
   Writer(Server::Impl* s, std::shared_ptr<const Model> m, std::shared_ptr<Call> c, http::Exchange e,
          const OutputFormat& f, ResponseMeta mt)
       : server(s), model(std::move(m)), call(std::move(c)), ex(std::move(e)), fmt(f), meta(std::move(mt)),
-        answer(f.tools) {}
+        answer(f.tools, f.tool_grammar) {}
 
   bool chat() const { return fmt.kind == OutputFormat::kChat; }
 
@@ -86,10 +86,27 @@ struct Writer {
     return failure;
   }
 
+  // Tool-call chunks in OpenAI's delta shape: index, id, type and name first, then fragments of
+  // the arguments.
+  void StreamCallDeltas() {
+    for (const ToolCallDelta& d : answer.TakeCallDeltas()) {
+      Json call = {{"index", d.index}};
+      if (d.header) {
+        call["id"] = d.id;
+        call["type"] = "function";
+        call["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+      } else {
+        call["function"] = {{"arguments", d.arguments}};
+      }
+      ex.Write(SseData(ChatChunkJson(meta, {{"tool_calls", Json::array({std::move(call)})}}, nullptr, fmt.include_usage)));
+    }
+  }
+
   void Event(const std::string& text, int32_t token, const TokenLogprobs* lp) {
     std::string delta = answer.Push(text, token);
     if (lp) logprobs.push_back(*lp);
     if (fmt.stream) StreamDelta(delta);
+    if (fmt.stream && fmt.tool_grammar) StreamCallDeltas();
   }
 
   // Engine thread.
@@ -133,7 +150,8 @@ struct Writer {
     const Json usage = UsageJson(result, fmt.dynamic_hd);
     if (fmt.stream) {
       StreamDelta(tail);
-      if (tool_calls) {
+      if (fmt.tool_grammar) StreamCallDeltas();
+      if (tool_calls && !fmt.tool_grammar) {
         Json calls = ToolCallsJson(answer.calls(), /*with_index=*/true);
         for (Json& c : calls) {
           Json delta = {{"tool_calls", Json::array({c})}};

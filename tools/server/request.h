@@ -38,6 +38,17 @@ struct ModelFacts {
   int64_t max_token_bytes = 128;             // the tokenizer's longest token
 };
 
+// Structured output the request asks for (request_output.cc); CompileOutput turns it into the
+// engine request's OutputConstraint.
+struct OutputRequest {
+  enum class Kind { kNone, kJsonObject, kJsonSchema, kToolCalls };
+  Kind kind = Kind::kNone;
+  std::string schema;   // JSON Schema text: response_format's, or the tool-call list's
+  bool strict = true;   // objects hold only the listed properties unless additionalProperties says more
+  bool forced = false;  // kToolCalls: tool_choice "required" or a named function (the answer is a call)
+  std::string param;    // the request field an error about it names
+};
+
 struct ParsedRequest {
   std::string model;            // as the client sent it
   EngineRequest engine;         // prompt, media, prompt options and generation options
@@ -46,6 +57,7 @@ struct ParsedRequest {
   bool logprobs = false;        // return log-probabilities (top_logprobs alternatives each)
   int top_logprobs = 0;
   bool tools = false;           // tools were rendered: parse <|tool_call|> output into tool_calls
+  OutputRequest output;         // response_format / the tool-call grammar
   int64_t dynamic_hd = 0;       // the crop limit the images use
   std::vector<std::string> ignored_fields;
   // The media parts in order of appearance (engine.media is filled from them once decoded).
@@ -58,5 +70,9 @@ ApiError ParseChatRequest(const nlohmann::ordered_json& body, const ServerLimits
                           ParsedRequest* out);
 ApiError ParseCompletionRequest(const nlohmann::ordered_json& body, const ServerLimits& limits, const ModelFacts& facts,
                                 ParsedRequest* out);
+// Compiles out->output with the model's grammar compiler (cached by schema digest) into
+// out->engine.generate.constraint: a 400 naming the field and the JSON pointer of what cannot be
+// honoured, or when this build has no grammar engine.
+ApiError CompileOutput(const Model& model, ParsedRequest* out);
 
 }  // namespace phi4mm::server

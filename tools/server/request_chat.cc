@@ -19,7 +19,7 @@ constexpr std::string_view kChatFields[] = {
     "function_call", "web_search_options", "top_k", "min_p", "repetition_penalty", "dynamic_hd"};
 constexpr std::string_view kCompletionFields[] = {
     "prompt", "model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n", "presence_penalty",
-    "seed", "stop", "stream", "stream_options", "temperature", "top_p", "user", "suffix", "echo", "best_of",
+    "seed", "stop", "stream", "stream_options", "temperature", "top_p", "user", "suffix", "echo", "best_of", "response_format",
     "top_k", "min_p", "repetition_penalty", "max_completion_tokens"};
 
 struct Builder {
@@ -175,18 +175,7 @@ void BuildChat(const Json& body, Builder& b) {
   const Json* tools = OptArray(body, "tools", "");
   if (tools) ValidateTools(*tools);
   bool render_tools = tools && !tools->empty();
-  if (const Json* tc = Member(body, "tool_choice")) {
-    if (tc->is_string()) {
-      const std::string c = tc->get<std::string>();
-      if (c == "none") render_tools = false;
-      else if (c != "auto")
-        Fail("tool_choice", "tool_choice \"" + c + "\" is not supported (no constrained decoding); use \"auto\" or "
-                            "\"none\"", "not_supported");
-    } else {
-      Fail("tool_choice", "tool_choice must be \"auto\" or \"none\" (forcing a named tool is not supported)",
-           "not_supported");
-    }
-  }
+  ParseToolChoice(body, tools, &render_tools, out);
 
   std::vector<ChatMessage> chat;
   for (size_t i = 0; i < messages->size(); ++i) {

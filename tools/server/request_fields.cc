@@ -100,13 +100,8 @@ void ParseGeneration(const Json& b, const ServerLimits& limits, const ModelFacts
     (void)OptBool(*so, "continuous_usage_stats", "stream_options");
   }
 
-  // Output formats phi4mm cannot produce.
-  if (const Json* rf = OptObject(b, "response_format", "")) {
-    const std::string type = OptString(*rf, "type", "response_format").value_or("text");
-    if (type != "text")
-      Fail("response_format", "response_format " + type + " is not supported (no constrained decoding); only "
-                              "\"text\" is", "not_supported");
-  }
+  // Structured output; output formats phi4mm cannot produce.
+  ParseResponseFormat(b, out);
   if (const Json* m = OptArray(b, "modalities", "")) {
     for (size_t i = 0; i < m->size(); ++i)
       if (!(*m)[i].is_string() || (*m)[i].get<std::string>() != "text")

@@ -35,6 +35,21 @@ bool ParseApiRequest(Server::Impl& s, http::Request& req, const http::Exchange& 
     s.SendError(ex, e);
     return false;
   }
+  if (out->output.kind != OutputRequest::Kind::kNone) {
+    std::shared_ptr<const Model> model;
+    {
+      std::shared_lock<std::shared_mutex> l(s.model_mu);
+      model = s.model;
+    }
+    if (!model) {
+      s.SendError(ex, Unavailable("the server is shutting down", 5));
+      return false;
+    }
+    if (e = CompileOutput(*model, out); !e.ok()) {
+      s.SendError(ex, e);
+      return false;
+    }
+  }
   if (facts_out != nullptr) *facts_out = facts;
   return true;
 }
@@ -79,6 +94,7 @@ void InstallChatRoutes(Server::Impl& s) {
     f.stream = p.stream;
     f.include_usage = p.stream && p.include_usage;
     f.tools = p.tools;
+    f.tool_grammar = p.output.kind == OutputRequest::Kind::kToolCalls;
     f.logprobs = p.logprobs;
     f.dynamic_hd = p.dynamic_hd;
     s.AdmitMedia(std::move(p), facts, ex, /*counting=*/false,

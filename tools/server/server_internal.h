@@ -36,6 +36,7 @@ struct OutputFormat {
   bool stream = false;
   bool include_usage = false;
   bool tools = false;
+  bool tool_grammar = false;  // the calls follow the tool-call grammar: streamed as deltas
   bool logprobs = false;
   bool text_only = false;  // transcription response_format "text"
   int64_t dynamic_hd = 0;

@@ -16,7 +16,8 @@
 
 namespace phi4mm::server {
 
-inline constexpr int32_t kToolCallTokenId = 200025;  // <|tool_call|>
+inline constexpr int32_t kToolCallTokenId = 200025;       // <|tool_call|>
+inline constexpr int32_t kToolCallCloseTokenId = 200026;  // <|/tool_call|>
 inline constexpr std::string_view kToolCallOpen = "<|tool_call|>";
 inline constexpr std::string_view kToolCallClose = "<|/tool_call|>";
 
