@@ -5,6 +5,8 @@
 // same tokens for the same seed.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "phi4mm/grammar/grammar.h"
@@ -267,6 +269,27 @@ TEST(ConstrainedGeneration, ToolCallTagsForcedOrEngagedOnTheOpenToken) {
     EXPECT_EQ(v[0]["name"], "get_weather");
     EXPECT_TRUE(v[0]["arguments"]["city"].is_string());
   }
+}
+
+TEST_F(GrammarOnTokenizer, BoundedStringsHoldOnlyJsonStringCharacters) {
+  // XGrammar 0.2.9's own rule for a length-bounded string allows a raw tab (not JSON); the schema
+  // it is given bounds the string with a pattern instead (SchemaForEngine).
+  const Tokenizer& tok = test::FixtureTokenizer();
+  auto g = compiler_->JsonSchema(R"({"type": "string", "minLength": 1, "maxLength": 6})");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const int32_t stop = 200020;
+  grammar::Matcher m(*g, std::span(&stop, 1));
+  auto quote = tok.Encode("\"");
+  auto tab = tok.Encode("\t");
+  auto word = tok.Encode("abc");
+  ASSERT_TRUE(quote.ok() && tab.ok() && word.ok());
+  ASSERT_EQ(tab->size(), 1u);
+  ASSERT_TRUE(m.Accept((*quote)[0]));
+  std::vector<float> logits(static_cast<size_t>(compiler_->rows()), 0.0f);
+  m.MaskLogits(logits);
+  EXPECT_EQ(logits[(*tab)[0]], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(logits[(*word)[0]], 0.0f);
+  EXPECT_EQ(grammar::SchemaForEngine(R"({"type": "string", "format": "ipv4"})").find("format"), std::string::npos);
 }
 
 TEST_F(GrammarOnTokenizer, AutoToolChoiceLeavesTextFreeUntilTheOpenToken) {

@@ -135,7 +135,7 @@ Result<std::shared_ptr<const CompiledGrammar>> Compiler::JsonSchema(std::string_
   h.Update("json_schema", 11);
   h.UpdateValue(strict);
   h.Update(schema_json.data(), schema_json.size());
-  const std::string schema(schema_json);
+  const std::string schema = SchemaForEngine(schema_json);
   return impl_->Cached(h.Finish(), [&] {
     // Compact JSON (", " and ": " separators, no free whitespace): a sampled answer cannot wander
     // off into whitespace, and its text is the same whichever whitespace the model prefers.

@@ -10,7 +10,7 @@
 namespace phi4mm::grammar {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // key order matters: the engine writes properties in schema order
 
 struct Refusal {
   std::string pointer, what;
@@ -184,7 +184,49 @@ class Walker {
   int depth_ = 0;
 };
 
+constexpr const char* kDate =
+    "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))";
+constexpr const char* kTime = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+constexpr const char* kOctet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+
+void Rewrite(Json& v) {
+  if (v.is_array()) {
+    for (Json& x : v) Rewrite(x);
+    return;
+  }
+  if (!v.is_object()) return;
+  for (auto it = v.begin(); it != v.end(); ++it)
+    if (it.key() != "const" && it.key() != "enum" && it.key() != "default" && it.key() != "examples") Rewrite(*it);
+  // A length-bounded string: XGrammar 0.2.9's own rule for it lets raw control characters (a tab)
+  // into the string, which is not JSON; the same bounds as a pattern over JSON string characters.
+  if ((v.contains("minLength") || v.contains("maxLength")) && !v.contains("pattern") && !v.contains("format")) {
+    const int64_t lo = v.value("minLength", int64_t{0});
+    const std::string hi = v.contains("maxLength") ? std::to_string(v["maxLength"].get<int64_t>()) : "";
+    v.erase("minLength");
+    v.erase("maxLength");
+    v["pattern"] = "^[^\"\\\\\\x00-\\x1f]{" + std::to_string(lo) + "," + hi + "}$";
+    return;
+  }
+  auto f = v.find("format");
+  if (f == v.end() || !f->is_string() || v.contains("pattern")) return;
+  const std::string format = f->get<std::string>();
+  std::string pattern;
+  if (format == "date") pattern = std::string("^") + kDate + "$";
+  else if (format == "date-time") pattern = std::string("^") + kDate + "T" + kTime + "$";
+  else if (format == "ipv4") pattern = std::string("^(") + kOctet + "\\.){3}" + kOctet + "$";
+  if (pattern.empty()) return;
+  v.erase("format");
+  v["pattern"] = pattern;
+}
+
 }  // namespace
+
+std::string SchemaForEngine(std::string_view schema_json) {
+  Json schema = Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
+  if (schema.is_discarded()) return std::string(schema_json);
+  Rewrite(schema);
+  return schema.dump();
+}
 
 Status CheckSchemaSupported(std::string_view schema_json) {
   const Json schema = Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);

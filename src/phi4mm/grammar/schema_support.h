@@ -17,4 +17,12 @@ namespace phi4mm::grammar {
 // `schema_json` (JSON text) that is malformed or unsupported.
 Status CheckSchemaSupported(std::string_view schema_json);
 
+// The schema as the grammar engine is given it (after CheckSchemaSupported passed): the formats
+// whose built-in patterns are looser than the standards they name become stricter patterns of
+// their own, and so do length-bounded strings (XGrammar 0.2.9 lets raw control characters into
+// those): "date" (and the date of "date-time") only with days its month has (29 February
+// never, as the year is not known while the month is written), "ipv4" without leading zeros (which
+// RFC 3986 and Python's ipaddress refuse).
+std::string SchemaForEngine(std::string_view schema_json);
+
 }  // namespace phi4mm::grammar
