@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "phi4mm/capi/phi4mm_c.h"
 #include "test_util.h"
 
@@ -81,3 +83,33 @@ TEST(CApi, BadSamplingParamsAreAnError) {
 }
 
 }  // namespace
+
+TEST(CApi, JsonAnswersFollowTheSchemaAndABadSchemaIsAnError) {
+  phi4mm_model* model = nullptr;
+  char* error = nullptr;
+  ASSERT_EQ(phi4mm_model_load(phi4mm::test::FixturePath("trained/orig").c_str(), 1, &model, &error), 0) << error;
+  phi4mm_session* session = nullptr;
+  ASSERT_EQ(phi4mm_session_new(model, nullptr, &session, &error), 0);
+  phi4mm_generate_params params;
+  phi4mm_default_params(&params);
+  params.temperature = 1.0f;
+  params.seed = 7;
+  params.max_new_tokens = 80;
+  char* text = nullptr;
+  const char* schema = R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 2]}},
+                           "required": ["ok", "n"], "additionalProperties": false})";
+  ASSERT_EQ(phi4mm_session_send_json(session, "Answer in JSON.", &params, schema, nullptr, nullptr, &text, &error), 0)
+      << error;
+  const nlohmann::json v = nlohmann::json::parse(text);
+  EXPECT_TRUE(v.at("ok").is_boolean());
+  EXPECT_TRUE(v.at("n") == 1 || v.at("n") == 2);
+  phi4mm_free(text);
+  text = nullptr;
+  EXPECT_NE(phi4mm_session_send_json(session, "Again.", &params, R"({"not": {}})", nullptr, nullptr, &text, &error), 0);
+  ASSERT_NE(error, nullptr);
+  EXPECT_NE(std::string(error).find("#/not"), std::string::npos) << error;
+  EXPECT_EQ(text, nullptr);
+  phi4mm_free(error);
+  phi4mm_session_free(session);
+  phi4mm_model_free(model);
+}

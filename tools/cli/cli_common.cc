@@ -1,6 +1,9 @@
 // Flag registration, model loading and error reporting shared by the subcommands.
 #include "cli_common.h"
 
+#include <fstream>
+#include <iterator>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +21,27 @@ void GenerationFlags::Register(CLI::App* app) {
   app->add_option("--repeat-penalty", repeat_penalty, "Repetition penalty; 1 = off")->capture_default_str();
   app->add_option("--seed", seed, "Random seed for sampling")->capture_default_str();
   app->add_option("--stop", stop, "Stop when this string is generated (repeatable)");
+  auto* schema = app->add_option("--json-schema", json_schema,
+                                 "Answer with JSON that validates against this JSON Schema file (strict: objects hold "
+                                 "only the listed properties unless additionalProperties says more)");
+  app->add_flag("--json", json, "Answer with a JSON object")->excludes(schema);
+}
+
+Status GenerationFlags::ApplyOutputFormat(const Model& model, GenerateOptions* opts) const {
+  if (json_schema.empty() && !json) return Status::Ok();
+  auto compiler = model.grammar();
+  if (!compiler.ok()) return compiler.status();
+  Result<std::shared_ptr<const grammar::CompiledGrammar>> g = (*compiler)->JsonObject();
+  if (!json_schema.empty()) {
+    std::ifstream in(json_schema, std::ios::binary);
+    if (!in) return NotFound("cannot read the JSON Schema file '" + json_schema + "'");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    g = (*compiler)->JsonSchema(text, /*strict=*/true);
+    if (!g.ok()) return g.status().WithContext("--json-schema " + json_schema);
+  }
+  if (!g.ok()) return g.status();
+  opts->constraint.grammar = std::move(g).value();
+  return Status::Ok();
 }
 
 GenerateOptions GenerationFlags::ToOptions() const {

@@ -23,8 +23,12 @@ struct GenerationFlags {
   float repeat_penalty = 1.0f;
   uint64_t seed = 0;
   std::vector<std::string> stop;
+  std::string json_schema;  // --json-schema FILE: the answer is JSON following it
+  bool json = false;        // --json: the answer is a JSON object
   void Register(CLI::App* app);
   GenerateOptions ToOptions() const;
+  // Compiles --json-schema / --json with the model's grammar compiler into opts->constraint.
+  Status ApplyOutputFormat(const Model& model, GenerateOptions* opts) const;
 };
 
 // --image / --audio / --dynamic-hd, shared by run, count and tokenize.

@@ -23,12 +23,13 @@ std::pair<std::string, std::string> SplitCommand(const std::string& line) {
 }  // namespace
 
 int ChatCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags& mflags, const std::string& system) {
-  const GenerateOptions opts = gf.ToOptions();
+  GenerateOptions opts = gf.ToOptions();
   if (Status st = opts.Validate(); !st.ok()) return ReportError(st);
   auto first_media = mflags.Load();
   if (!first_media.ok()) return ReportError(first_media.status());
   auto model = LoadModel(mf);
   if (!model.ok()) return ReportError(model.status());
+  if (Status st = gf.ApplyOutputFormat(**model, &opts); !st.ok()) return ReportError(st);
   Chat chat(*model, system);
   MediaInputs pending = std::move(first_media).value();
   const bool tty = isatty(STDIN_FILENO);

@@ -50,7 +50,7 @@ int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags
                const std::string& ids_arg, const std::string& processor_tensors) {
   std::string prompt = prompt_arg;
   if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  const GenerateOptions opts = gf.ToOptions();
+  GenerateOptions opts = gf.ToOptions();
   if (Status st = opts.Validate(); !st.ok()) return ReportError(st);
   auto media = mflags.Load();
   if (!media.ok()) return ReportError(media.status());
@@ -68,6 +68,7 @@ int RunCommand(const ModelFlags& mf, const GenerationFlags& gf, const MediaFlags
   if (!rendered.ok()) return ReportError(rendered.status());
   auto model = LoadModel(mf);
   if (!model.ok()) return ReportError(model.status());
+  if (Status st = gf.ApplyOutputFormat(**model, &opts); !st.ok()) return ReportError(st);
 
   std::unique_ptr<NpyDumper> dumper;
   if (!dump_dir.empty()) {

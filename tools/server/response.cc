@@ -1,10 +1,13 @@
 // Response and chunk objects, usage, log-probabilities and SSE framing (response.h).
 #include "response.h"
 
+#include <cmath>
+
 namespace phi4mm::server {
 
 const char* FinishReasonString(FinishReason r, bool tool_calls) {
-  if (tool_calls) return "tool_calls";
+  // An answer cut by max_tokens says so even when it holds calls (the last one may be incomplete).
+  if (tool_calls && (r == FinishReason::kEos || r == FinishReason::kStopString)) return "tool_calls";
   switch (r) {
     case FinishReason::kEos:
     case FinishReason::kStopString:
@@ -43,7 +46,9 @@ Json LogprobsJson(const Tokenizer& tok, std::span<const TokenLogprobs> lps) {
   for (const TokenLogprobs& lp : lps) {
     Json e = TokenEntry(tok, lp.id, lp.logprob);
     Json top = Json::array();
-    for (const auto& [id, v] : lp.top) top.push_back(TokenEntry(tok, id, v));
+    // Tokens an output constraint ruled out (log-probability -inf) are not among the most likely.
+    for (const auto& [id, v] : lp.top)
+      if (std::isfinite(v)) top.push_back(TokenEntry(tok, id, v));
     e["top_logprobs"] = std::move(top);
     content.push_back(std::move(e));
   }

@@ -13,6 +13,7 @@ struct phi4mm_model {
 };
 struct phi4mm_session {
   std::unique_ptr<phi4mm::Chat> chat;
+  std::shared_ptr<const phi4mm::Model> model;
 };
 
 namespace {
@@ -74,7 +75,7 @@ int phi4mm_session_new(const phi4mm_model* model, const char* system_prompt, phi
   if (model == nullptr || out_session == nullptr)
     return Fail("phi4mm_session_new: model and out_session are required", error);
   try {
-    *out_session = new phi4mm_session{std::make_unique<phi4mm::Chat>(model->model, system_prompt ? system_prompt : "")};
+    *out_session = new phi4mm_session{std::make_unique<phi4mm::Chat>(model->model, system_prompt ? system_prompt : ""), model->model};
     return 0;
   } catch (const std::exception& e) {
     return Fail(phi4mm::Internal(e.what()), error);
@@ -83,10 +84,9 @@ int phi4mm_session_new(const phi4mm_model* model, const char* system_prompt, phi
 
 void phi4mm_session_free(phi4mm_session* session) { delete session; }
 
-int phi4mm_session_send(phi4mm_session* session, const char* user_text, const phi4mm_generate_params* params,
-                        phi4mm_text_callback callback, void* user_data, char** out_text, char** error) {
-  if (session == nullptr || user_text == nullptr)
-    return Fail("phi4mm_session_send: session and user_text are required", error);
+namespace {
+int Send(phi4mm_session* session, const char* user_text, const phi4mm_generate_params* params, bool json,
+         const char* json_schema, phi4mm_text_callback callback, void* user_data, char** out_text, char** error) {
   phi4mm_generate_params p;
   phi4mm_default_params(&p);
   if (params != nullptr) p = *params;
@@ -98,6 +98,13 @@ int phi4mm_session_send(phi4mm_session* session, const char* user_text, const ph
   opts.sampling.min_p = p.min_p;
   opts.sampling.repetition_penalty = p.repetition_penalty == 0.0f ? 1.0f : p.repetition_penalty;
   opts.sampling.seed = p.seed;
+  if (json) {
+    auto compiler = session->model->grammar();
+    if (!compiler.ok()) return Fail(compiler.status(), error);
+    auto g = json_schema != nullptr ? (*compiler)->JsonSchema(json_schema, /*strict=*/true) : (*compiler)->JsonObject();
+    if (!g.ok()) return Fail(g.status(), error);
+    opts.constraint.grammar = std::move(g).value();
+  }
   phi4mm::StreamCallback cb;
   if (callback != nullptr)
     cb = [&](std::string_view t) { return callback(t.data(), t.size(), user_data) != 0; };
@@ -109,6 +116,23 @@ int phi4mm_session_send(phi4mm_session* session, const char* user_text, const ph
   } catch (const std::exception& e) {
     return Fail(phi4mm::Internal(e.what()), error);
   }
+}
+
+}  // namespace
+
+int phi4mm_session_send(phi4mm_session* session, const char* user_text, const phi4mm_generate_params* params,
+                        phi4mm_text_callback callback, void* user_data, char** out_text, char** error) {
+  if (session == nullptr || user_text == nullptr)
+    return Fail("phi4mm_session_send: session and user_text are required", error);
+  return Send(session, user_text, params, false, nullptr, callback, user_data, out_text, error);
+}
+
+int phi4mm_session_send_json(phi4mm_session* session, const char* user_text, const phi4mm_generate_params* params,
+                             const char* json_schema, phi4mm_text_callback callback, void* user_data,
+                             char** out_text, char** error) {
+  if (session == nullptr || user_text == nullptr)
+    return Fail("phi4mm_session_send_json: session and user_text are required", error);
+  return Send(session, user_text, params, true, json_schema, callback, user_data, out_text, error);
 }
 
 void phi4mm_free(void* p) { std::free(p); }

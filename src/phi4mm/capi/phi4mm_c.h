@@ -45,6 +45,14 @@ void phi4mm_session_free(phi4mm_session* session);
 int phi4mm_session_send(phi4mm_session* session, const char* user_text, const phi4mm_generate_params* params,
                         phi4mm_text_callback callback, void* user_data, char** out_text, char** error);
 
+/* The same, with the answer constrained to JSON: json_schema is a JSON Schema (text) the answer
+ * validates against (strict: objects hold only the listed properties unless additionalProperties
+ * says more), or NULL for any JSON object. A schema the grammar engine cannot honour is an error
+ * naming the JSON pointer of the offending part; nothing is generated then. */
+int phi4mm_session_send_json(phi4mm_session* session, const char* user_text, const phi4mm_generate_params* params,
+                             const char* json_schema, phi4mm_text_callback callback, void* user_data,
+                             char** out_text, char** error);
+
 void phi4mm_free(void* p);
 
 #ifdef __cplusplus

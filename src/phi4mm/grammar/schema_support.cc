@@ -38,10 +38,11 @@ bool Annotation(const std::string& k) {
 }
 
 const std::set<std::string>& Formats() {
-  static const std::set<std::string> kFormats = {"date",     "time",         "date-time",     "duration",
-                                                 "email",    "hostname",     "ipv4",          "ipv6",
-                                                 "uuid",     "uri",          "uri-reference", "uri-template",
-                                                 "json-pointer", "relative-json-pointer"};
+  // Each is enforced with a pattern written here (SchemaForEngine) or XGrammar's own (ipv6, uuid).
+  // Left out: duration, uri-reference, uri-template, json-pointer, relative-json-pointer, whose
+  // XGrammar patterns hit its optional-group bug and which have no pattern here.
+  static const std::set<std::string> kFormats = {"date", "time", "date-time", "email", "hostname",
+                                                 "ipv4", "ipv6", "uuid",      "uri"};
   return kFormats;
 }
 
@@ -68,6 +69,9 @@ class Walker {
     if (s.is_boolean()) return;
     if (!s.is_object()) Refuse(ptr, "a schema must be an object or a boolean");
     if (++depth_ > kMaxDepth) Refuse(ptr, "the schema nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (s.contains("pattern") && s.contains("format"))
+      Refuse(Child(ptr, "pattern"), "pattern and format in one schema are not supported together (the grammar engine "
+                                    "would keep only the format); keep one, or put the other in an allOf branch");
     for (auto it = s.begin(); it != s.end(); ++it) Keyword(it.key(), it.value(), ptr);
     --depth_;
   }
@@ -184,9 +188,47 @@ class Walker {
   int depth_ = 0;
 };
 
+// A regular expression with every optional group "(...)?" written "(...|)": XGrammar 0.2.9 drops
+// the first atom of an optional group whose body repeats ("^x(ab+)?y$" lets "xbby" through), while
+// the alternation with an empty branch is compiled right. Escapes and character classes are
+// copied as they are.
+std::string WithoutOptionalGroups(const std::string& re) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < re.size(); ++i) {
+    const char c = re[i];
+    if (c == '\\' && i + 1 < re.size()) {
+      out += c;
+      out += re[++i];
+      continue;
+    }
+    if (in_class) {
+      in_class = c != ']';
+      out += c;
+      continue;
+    }
+    if (c == '[') {
+      in_class = true;
+      out += c;
+      if (i + 1 < re.size() && re[i + 1] == '^') out += re[++i];
+      if (i + 1 < re.size() && re[i + 1] == ']') out += re[++i];
+      continue;
+    }
+    if (c == ')' && i + 1 < re.size() && re[i + 1] == '?') {
+      out += "|)";
+      ++i;
+      if (i + 1 < re.size() && re[i + 1] == '?') ++i;  // lazy: the same strings
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
 constexpr const char* kDate =
-    "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))";
-constexpr const char* kTime = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    "(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))";
+constexpr const char* kTime = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]+|)(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+constexpr const char* kLabel = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9]|)";
 constexpr const char* kOctet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
 
 void Rewrite(Json& v) {
@@ -207,13 +249,21 @@ void Rewrite(Json& v) {
     v["pattern"] = "^[^\"\\\\\\x00-\\x1f]{" + std::to_string(lo) + "," + hi + "}$";
     return;
   }
+  if (auto p = v.find("pattern"); p != v.end() && p->is_string()) {
+    *p = WithoutOptionalGroups(p->get<std::string>());
+    return;
+  }
   auto f = v.find("format");
-  if (f == v.end() || !f->is_string() || v.contains("pattern")) return;
+  if (f == v.end() || !f->is_string()) return;
   const std::string format = f->get<std::string>();
   std::string pattern;
   if (format == "date") pattern = std::string("^") + kDate + "$";
   else if (format == "date-time") pattern = std::string("^") + kDate + "T" + kTime + "$";
-  else if (format == "ipv4") pattern = std::string("^(") + kOctet + "\\.){3}" + kOctet + "$";
+  else if (format == "time") pattern = std::string("^") + kTime + "$";
+  else if (format == "ipv4") pattern = std::string("^(") + kOctet + "[.]){3}" + kOctet + "$";
+  else if (format == "hostname") pattern = std::string("^") + kLabel + "([.]" + kLabel + ")*$";
+  else if (format == "email") pattern = std::string("^[A-Za-z0-9_%+-]+([.][A-Za-z0-9_%+-]+)*@") + kLabel + "([.]" + kLabel + ")+$";
+  else if (format == "uri") pattern = "^[A-Za-z][A-Za-z0-9+.-]*:[^\\x00-\\x20\"<>\\\\^`{|}]+$";
   if (pattern.empty()) return;
   v.erase("format");
   v["pattern"] = pattern;

@@ -21,7 +21,7 @@ Status CheckSchemaSupported(std::string_view schema_json);
 // whose built-in patterns are looser than the standards they name become stricter patterns of
 // their own, and so do length-bounded strings (XGrammar 0.2.9 lets raw control characters into
 // those): "date" (and the date of "date-time") only with days its month has (29 February
-// never, as the year is not known while the month is written), "ipv4" without leading zeros (which
+// never, as the year is not known while the month is written) in the years 0001-9999, "ipv4" without leading zeros (which
 // RFC 3986 and Python's ipaddress refuse).
 std::string SchemaForEngine(std::string_view schema_json);
 
