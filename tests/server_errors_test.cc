@@ -114,10 +114,15 @@ TEST(ServerErrors, WrongTypesNameTheField) {
 TEST(ServerErrors, UnsupportedFieldsAreRefusedNotIgnored) {
   const std::string base = R"({"messages":[{"role":"user","content":"x"}],)";
   Expect400(base + R"("n":2})", "n", "n must be 1", "not_supported");
-  Expect400(base + R"("response_format":{"type":"json_schema","json_schema":{}}})", "response_format", "not supported");
-  Expect400(base + R"("response_format":{"type":"json_object"}})", "response_format");
-  Expect400(base + R"("tool_choice":"required","tools":[{"type":"function","function":{"name":"f"}}]})", "tool_choice");
+  // Structured output is served (tests/python/test_structured.py); its malformed forms are 400s.
+  Expect400(base + R"("response_format":{"type":"json_schema","json_schema":{}}})", "response_format.json_schema.name");
+  Expect400(base + R"("response_format":{"type":"yaml"}})", "response_format.type", "not supported");
+  Expect400(base + R"("response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"not":{}}}}})",
+            "response_format.json_schema.schema", "#/not", "invalid_schema");
+  Expect400(base + R"("tool_choice":"required"})", "tool_choice", "no tools");
   Expect400(base + R"("tool_choice":{"type":"function","function":{"name":"f"}}})", "tool_choice");
+  Expect400(base + R"("tool_choice":{"type":"function","function":{"name":"g"}},"tools":[{"type":"function","function":{"name":"f"}}]})",
+            "tool_choice.function.name", "not among the tools");
   Expect400(base + R"("modalities":["text","audio"]})", "modalities[1]", "text only");
   Expect400(base + R"("audio":{"voice":"alloy","format":"wav"}})", "audio");
   Expect400(base + R"("functions":[{"name":"f"}]})", "functions", "use tools");

@@ -69,6 +69,7 @@ struct BenchFlags {
   int64_t prefill_chunk = 128;
   int rounds = 2;
   bool step_profile = false;  // with --concurrency: time the parts of the decode steps
+  std::string json_schema;    // with --concurrency: every stream follows this JSON Schema (grammar cost)
   // --long-prompt N: peak RSS of one N-position prompt through the engine (with --concurrency).
   int64_t long_prompt = 0;
   double long_prompt_seconds = 0;

@@ -65,6 +65,9 @@ void BenchFlags::Register(CLI::App* app) {
   app->add_flag("--step-profile", step_profile,
                 "With --concurrency: also print where a decode step's time goes (ms per step by part, over every "
                 "decode-only step of a figure's rounds)");
+  app->add_option("--json-schema", json_schema,
+                  "With --concurrency: every stream's answer follows this JSON Schema; prints the schema's compile "
+                  "time (cold and cached) and the grammar's time per token against the decode step");
   app->add_option("--long-prompt", long_prompt,
                   "With --concurrency: instead, prefill one prompt of this many positions and report peak RSS against "
                   "the weights and its KV cache");

@@ -7,6 +7,8 @@
 // decode, with the longest gap the streams saw meanwhile. Ceilings as in `phi4mm bench`: the read
 // bandwidth bounds one stream (bytes per step ÷ bandwidth), the int8 / f32 peak bounds a batch.
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <cstdio>
 #include <mutex>
 #include <numeric>
@@ -36,6 +38,7 @@ struct BatchRun {
   int64_t kv_reserved = 0;
   double image_ttft_s = -1;       // when an image request was added
   double stall_max_ms = 0;        // longest gap of a text stream while the image was encoded
+  double constraint_ms_per_token = 0;  // the output constraint's masks and checks, per generated token
   Status status;
 };
 
@@ -48,7 +51,7 @@ double Percentile(std::vector<double> v, double q) {
 // Runs n streams; modes[i % modes.size()] picks each stream's LoRA mode. With `image` set, an image
 // request is submitted once every stream decodes, and its time to first token is measured.
 BatchRun RunBatch(Engine& engine, std::mt19937& rng, int64_t n, int64_t prompt, int64_t decode,
-                  const std::vector<LoraMode>& modes, const Image* image) {
+                  const std::vector<LoraMode>& modes, const Image* image, const OutputConstraint& constraint = {}) {
   BatchRun out;
   const int64_t vocab = engine.model().embedding().vocab_size();
   std::vector<std::unique_ptr<StreamTimes>> times;
@@ -71,6 +74,7 @@ BatchRun RunBatch(Engine& engine, std::mt19937& rng, int64_t n, int64_t prompt, 
     r.prompt_ids = RandomIds(rng, prompt, vocab);
     r.generate.max_new_tokens = decode;
     r.generate.stop_ids = {-1};
+    r.generate.constraint = constraint;
     const LoraMode m = modes[static_cast<size_t>(i) % modes.size()];
     r.prompt_options.conversation_has_image = m == LoraMode::kVision;
     r.prompt_options.conversation_has_audio = m == LoraMode::kSpeech;
@@ -120,13 +124,18 @@ BatchRun RunBatch(Engine& engine, std::mt19937& rng, int64_t n, int64_t prompt, 
     img_handle = *h;
     handles.push_back(*h);
   }
+  double constraint_s = 0;
+  int64_t generated = 0;
   for (size_t i = 0; i < times.size(); ++i) {
     auto r = handles[i].Wait();
     if (!r.ok()) {
       out.status = r.status();
       return out;
     }
+    constraint_s += r->generation.constraint_seconds;
+    generated += static_cast<int64_t>(r->generation.tokens.size());
   }
+  if (generated > 0) out.constraint_ms_per_token = 1e3 * constraint_s / static_cast<double>(generated);
   if (img_handle) {
     auto r = img_handle->Wait();
     if (!r.ok()) {
@@ -321,6 +330,27 @@ int BatchBenchCommand(const BenchFlags& f) {
   auto engine = Engine::Start(model, eo);
   if (!engine.ok()) return ReportError(engine.status());
   std::mt19937 rng(4321);
+  OutputConstraint constraint;
+  if (!f.json_schema.empty()) {
+    std::ifstream in(f.json_schema, std::ios::binary);
+    if (!in) return ReportError(NotFound("cannot read the JSON Schema file '" + f.json_schema + "'"));
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point t0 = Clock::now();
+    auto compiler = model->grammar();
+    if (!compiler.ok()) return ReportError(compiler.status());
+    const Clock::time_point t1 = Clock::now();
+    auto g = (*compiler)->JsonSchema(text);
+    if (!g.ok()) return ReportError(g.status().WithContext("--json-schema " + f.json_schema));
+    const Clock::time_point t2 = Clock::now();
+    auto again = (*compiler)->JsonSchema(text);
+    const Clock::time_point t3 = Clock::now();
+    auto ms = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    std::printf("grammar: vocabulary indexed in %.0f ms (once per model); schema compiled in %.1f ms cold, %.3f ms "
+                "cached (%s)\n", ms(t0, t1), ms(t1, t2), ms(t2, t3), again.ok() && again->get() == g->get() ? "same grammar" : "?");
+    j["grammar"] = {{"vocabulary_ms", ms(t0, t1)}, {"compile_cold_ms", ms(t1, t2)}, {"compile_cached_ms", ms(t2, t3)}};
+    constraint.grammar = std::move(g).value();
+  }
   // Warm-up: page in every decoder weight and both adapters.
   RunBatch(**engine, rng, 3, 8, 2, {LoraMode::kNone, LoraMode::kVision, LoraMode::kSpeech}, nullptr);
 
@@ -360,7 +390,7 @@ int BatchBenchCommand(const BenchFlags& f) {
                                               ? std::vector<LoraMode>{LoraMode::kNone, LoraMode::kVision, LoraMode::kSpeech}
                                               : std::vector<LoraMode>{LoraMode::kNone};
       const EngineStats::DecodeProfile before = (*engine)->stats().decode_profile;
-      BatchRun r = RunBatch(**engine, rng, fig.n, f.prompt_tokens, f.decode_tokens, modes, nullptr);
+      BatchRun r = RunBatch(**engine, rng, fig.n, f.prompt_tokens, f.decode_tokens, modes, nullptr, constraint);
       if (!r.status.ok()) return ReportError(r.status);
       AddProfile(before, (*engine)->stats().decode_profile, &fig.spent);
       if (r.aggregate_tps > fig.best.aggregate_tps) fig.best = r;
@@ -391,6 +421,15 @@ int BatchBenchCommand(const BenchFlags& f) {
                 best.itl_mean_ms, best.itl_p50_ms, best.itl_max_ms, best.ttft_mean_s,
                 static_cast<double>(best.kv_reserved) / (1 << 20), ceil_tps);
     if (f.step_profile) j["runs"].back()["step_profile_ms"] = PrintStepProfile(EngineStats::DecodeProfile{}, fig.spent);
+    if (constraint.active()) {
+      // Each stream's constraint runs once per decode step (on the engine thread), so a step of n
+      // streams spends n times the per-token figure on it; the step lasts one inter-token gap.
+      const double step_ms = best.constraint_ms_per_token * static_cast<double>(n);
+      std::printf("       grammar: %.3f ms per token, %.3f ms per step = %.2f %% of the %.1f ms step\n",
+                  best.constraint_ms_per_token, step_ms, 100.0 * step_ms / best.itl_mean_ms, best.itl_mean_ms);
+      j["runs"].back()["grammar_ms_per_token"] = best.constraint_ms_per_token;
+      j["runs"].back()["grammar_share_of_step"] = step_ms / best.itl_mean_ms;
+    }
   }
   if (f.vision_crops > 0) {
     const ModelConfig& mc = model->config();

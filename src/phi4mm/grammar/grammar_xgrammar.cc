@@ -11,6 +11,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -153,13 +154,23 @@ Result<std::shared_ptr<const CompiledGrammar>> Compiler::JsonObject() {
   });
 }
 
+// XGrammar reports failures by throwing; a matcher that threw is failed: it allows nothing more
+// (Accept returns false, so the request ends with an error instead of the engine thread dying).
 struct Matcher::Impl {
   Impl(std::shared_ptr<const CompiledGrammar> g, std::span<const int32_t> stop)
       : grammar(std::move(g)),
-        matcher(grammar->impl().compiled, std::vector<int>(stop.begin(), stop.end())),
-        bits(static_cast<size_t>(xgrammar::GetBitmaskSize(static_cast<int>(grammar->impl().rows)))) {}
+        bits(static_cast<size_t>(xgrammar::GetBitmaskSize(static_cast<int>(grammar->impl().rows)))) {
+    std::vector<int> ids;
+    for (int32_t id : stop)
+      if (id >= 0 && id < grammar->impl().rows) ids.push_back(id);
+    try {
+      matcher.emplace(grammar->impl().compiled, ids);
+    } catch (const std::exception&) {
+      matcher.reset();
+    }
+  }
   std::shared_ptr<const CompiledGrammar> grammar;
-  xgrammar::GrammarMatcher matcher;
+  std::optional<xgrammar::GrammarMatcher> matcher;  // empty: failed
   std::vector<int32_t> bits;
 };
 
@@ -177,7 +188,16 @@ void Matcher::MaskLogits(std::span<float> logits) {
   t.ndim = 1;
   t.dtype = DLDataType{kDLInt, 32, 1};
   t.shape = &shape;
-  if (!impl_->matcher.FillNextTokenBitmask(&t)) return;  // every id allowed
+  bool masked = true;
+  if (impl_->matcher) {
+    try {
+      masked = impl_->matcher->FillNextTokenBitmask(&t);
+    } catch (const std::exception&) {
+      impl_->matcher.reset();
+    }
+  }
+  if (!impl_->matcher) std::fill(impl_->bits.begin(), impl_->bits.end(), 0);
+  if (!masked) return;  // every id allowed
   const size_t n = std::min(logits.size(), static_cast<size_t>(impl_->grammar->impl().rows));
   constexpr float kNeg = -std::numeric_limits<float>::infinity();
   for (size_t w = 0; w * 32 < n; ++w) {
@@ -191,10 +211,15 @@ void Matcher::MaskLogits(std::span<float> logits) {
 }
 
 bool Matcher::Accept(int32_t id) {
-  if (id < 0 || id >= impl_->grammar->impl().rows) return false;
-  return impl_->matcher.AcceptToken(id);
+  if (id < 0 || id >= impl_->grammar->impl().rows || !impl_->matcher) return false;
+  try {
+    return impl_->matcher->AcceptToken(id);
+  } catch (const std::exception&) {
+    impl_->matcher.reset();
+    return false;
+  }
 }
 
-bool Matcher::terminated() const { return impl_->matcher.IsTerminated(); }
+bool Matcher::terminated() const { return impl_->matcher && impl_->matcher->IsTerminated(); }
 
 }  // namespace phi4mm::grammar

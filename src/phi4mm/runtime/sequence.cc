@@ -2,6 +2,7 @@
 #include "phi4mm/runtime/sequence.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace phi4mm {
 
@@ -17,7 +18,8 @@ Sequence::Sequence(const Model& model, const GenerateOptions& opts, size_t promp
       stop_ids_(StopIds(model, opts)),
       sampler_(opts.sampling, model.tokenizer().vocab_size()),
       answer_(model.tokenizer(), opts.stop_strings),
-      constraint_(opts.constraint, stop_ids_) {
+      constraint_(opts.constraint, stop_ids_),
+      constrained_(opts.constraint.active()) {
   sampler_.SetPromptLength(prompt_length);
   result_.finish = FinishReason::kMaxTokens;
 }
@@ -35,7 +37,10 @@ Sequence::Step Sequence::Next(std::span<float> logits, std::vector<int32_t>* tok
     return step;
   }
   if (observe) observe(logits);
+  const bool timed = constrained_;
+  const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   constraint_.Mask(logits);
+  if (timed) result_.constraint_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int32_t id = sampler_.Next(logits, *tokens);
   step.token = id;
   if (sampler_.records_logprobs()) {
@@ -44,7 +49,10 @@ Sequence::Step Sequence::Next(std::span<float> logits, std::vector<int32_t>* tok
   }
   tokens->push_back(id);
   result_.tokens.push_back(id);
-  if (Status e = constraint_.Accept(id); !e.ok()) {
+  const auto t1 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  Status accepted = constraint_.Accept(id);
+  if (timed) result_.constraint_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  if (Status e = accepted; !e.ok()) {
     step.error = e;
     step.finish = FinishReason::kCancelled;
     return step;

@@ -52,6 +52,7 @@ class Sequence {
   Sampler sampler_;
   AnswerStream answer_;
   ConstraintState constraint_;
+  bool constrained_;
   GenerateResult result_;
 };
 

@@ -171,6 +171,7 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
   res.text = std::move(g.text);
   res.finish = g.finish;
   res.logprobs = std::move(g.logprobs);
+  res.constraint_seconds = g.constraint_seconds;
   return res;
 }
 

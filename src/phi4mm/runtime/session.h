@@ -44,6 +44,8 @@ struct GenerateResult {
   int64_t decode_steps = 0;
   // Per generated token when sampling.logprobs or top_logprobs asks for them (Sampler::last_logprobs).
   std::vector<TokenLogprobs> logprobs;
+  // With an output constraint: the time its masks and token checks took (the grammar's cost).
+  double constraint_seconds = 0;
 };
 
 // Image and audio features for the placeholder tokens of a prompt: row k of `image` [n, hidden]
