@@ -89,6 +89,8 @@ class Matcher {
   bool Accept(int32_t id);
   // A stop id was accepted: the grammar's text is complete and ended.
   bool terminated() const;
+  // Why the grammar engine failed ("" while it has not): a failed matcher allows no id.
+  const std::string& error() const;
 
  private:
   struct Impl;

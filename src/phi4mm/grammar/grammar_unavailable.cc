@@ -41,5 +41,9 @@ void Matcher::MaskLogits(std::span<float> logits) {
 }
 bool Matcher::Accept(int32_t) { return false; }
 bool Matcher::terminated() const { return false; }
+const std::string& Matcher::error() const {
+  static const std::string kError = "this phi4mm was built without a grammar engine";
+  return kError;
+}
 
 }  // namespace phi4mm::grammar

@@ -164,13 +164,20 @@ struct Matcher::Impl {
     for (int32_t id : stop)
       if (id >= 0 && id < grammar->impl().rows) ids.push_back(id);
     try {
-      matcher.emplace(grammar->impl().compiled, ids);
-    } catch (const std::exception&) {
-      matcher.reset();
+      // Without stop ids the grammar's text ends where the grammar does.
+      matcher.emplace(grammar->impl().compiled, ids.empty() ? std::nullopt : std::optional<std::vector<int>>(ids),
+                      /*terminate_without_stop_token=*/ids.empty());
+    } catch (const std::exception& e) {
+      Fail(e);
     }
+  }
+  void Fail(const std::exception& e) {
+    matcher.reset();
+    error = e.what();
   }
   std::shared_ptr<const CompiledGrammar> grammar;
   std::optional<xgrammar::GrammarMatcher> matcher;  // empty: failed
+  std::string error;
   std::vector<int32_t> bits;
 };
 
@@ -192,20 +199,25 @@ void Matcher::MaskLogits(std::span<float> logits) {
   if (impl_->matcher) {
     try {
       masked = impl_->matcher->FillNextTokenBitmask(&t);
-    } catch (const std::exception&) {
-      impl_->matcher.reset();
+    } catch (const std::exception& e) {
+      impl_->Fail(e);
     }
   }
   if (!impl_->matcher) std::fill(impl_->bits.begin(), impl_->bits.end(), 0);
   if (!masked) return;  // every id allowed
   const size_t n = std::min(logits.size(), static_cast<size_t>(impl_->grammar->impl().rows));
   constexpr float kNeg = -std::numeric_limits<float>::infinity();
+  // Most of a JSON grammar's rows allow a few ids: whole words of 32 disallowed ids are filled at once.
   for (size_t w = 0; w * 32 < n; ++w) {
     const uint32_t word = static_cast<uint32_t>(impl_->bits[w]);
     if (word == 0xffffffffu) continue;
-    const size_t end = std::min(n, (w + 1) * 32);
-    for (size_t i = w * 32; i < end; ++i)
-      if (((word >> (i - w * 32)) & 1u) == 0) logits[i] = kNeg;
+    const size_t begin = w * 32, end = std::min(n, begin + 32);
+    if (word == 0) {
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(begin), logits.begin() + static_cast<std::ptrdiff_t>(end), kNeg);
+      continue;
+    }
+    for (size_t i = begin; i < end; ++i)
+      if (((word >> (i - begin)) & 1u) == 0) logits[i] = kNeg;
   }
   for (size_t i = n; i < logits.size(); ++i) logits[i] = kNeg;
 }
@@ -214,11 +226,13 @@ bool Matcher::Accept(int32_t id) {
   if (id < 0 || id >= impl_->grammar->impl().rows || !impl_->matcher) return false;
   try {
     return impl_->matcher->AcceptToken(id);
-  } catch (const std::exception&) {
-    impl_->matcher.reset();
+  } catch (const std::exception& e) {
+    impl_->Fail(e);
     return false;
   }
 }
+
+const std::string& Matcher::error() const { return impl_->error; }
 
 bool Matcher::terminated() const { return impl_->matcher && impl_->matcher->IsTerminated(); }
 

@@ -38,6 +38,8 @@ void ConstraintState::Mask(std::span<float> logits) {
 
 Status ConstraintState::Accept(int32_t id) {
   auto refused = [&] {
+    if (matcher_ && !matcher_->error().empty())
+      return Internal("the grammar engine failed: " + matcher_->error());
     return Internal("the output constraint did not allow the sampled token " + std::to_string(id));
   };
   switch (phase_) {

@@ -38,6 +38,9 @@ class ConstraintState {
   // Moves past the sampled id. Internal error when the constraint did not allow it (a masked row
   // always yields an allowed id, so this means a bug, not bad input).
   Status Accept(int32_t id);
+  // The whole answer's grammar is complete without a stop id to end it (a request without valid
+  // stop ids): nothing more may be sampled.
+  bool finished() const { return phase_ == Phase::kGrammar && !c_.between_tags && matcher_->terminated(); }
 
  private:
   enum class Phase { kFree, kOpen, kGrammar, kStopOnly };

@@ -36,6 +36,10 @@ Sequence::Step Sequence::Next(std::span<float> logits, std::vector<int32_t>* tok
     step.finish = FinishReason::kContextFull;
     return step;
   }
+  if (constraint_.finished()) {
+    step.finish = FinishReason::kEos;
+    return step;
+  }
   if (observe) observe(logits);
   const bool timed = constrained_;
   const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
