@@ -38,6 +38,10 @@ TEST(SchemaSupport, RefusesWhatTheEngineWouldIgnoreNamingWhere) {
   EXPECT_EQ(Refusal(R"({"anyOf": []})").rfind("#/anyOf: ", 0), 0u);
   EXPECT_EQ(Refusal(R"({"type": "strin"})").rfind("#/type: ", 0), 0u);
   EXPECT_NE(Refusal("{"), "");
+  // Keyword names used as property names are property names.
+  EXPECT_EQ(Refusal(R"({"type": "object", "properties": {"minLength": {"type": "string"}, "pattern": {"const": 1}}})"), "");
+  EXPECT_NE(grammar::SchemaForEngine(R"({"properties": {"minLength": {"type": "string", "maxLength": 2}}})").find("pattern"),
+            std::string::npos);
   EXPECT_NE(Refusal("false"), "");
   std::string deep;
   for (int i = 0; i < 80; ++i) deep += R"({"items": )";

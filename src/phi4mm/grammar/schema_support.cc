@@ -241,9 +241,12 @@ void Rewrite(Json& v) {
     if (it.key() != "const" && it.key() != "enum" && it.key() != "default" && it.key() != "examples") Rewrite(*it);
   // A length-bounded string: XGrammar 0.2.9's own rule for it lets raw control characters (a tab)
   // into the string, which is not JSON; the same bounds as a pattern over JSON string characters.
-  if ((v.contains("minLength") || v.contains("maxLength")) && !v.contains("pattern") && !v.contains("format")) {
-    const int64_t lo = v.value("minLength", int64_t{0});
-    const std::string hi = v.contains("maxLength") ? std::to_string(v["maxLength"].get<int64_t>()) : "";
+  auto bound = [&](const char* k) { return v.contains(k) && v[k].is_number_integer(); };
+  auto absent_or_bound = [&](const char* k) { return !v.contains(k) || bound(k); };
+  if ((bound("minLength") || bound("maxLength")) && absent_or_bound("minLength") && absent_or_bound("maxLength") &&
+      !v.contains("pattern") && !v.contains("format")) {
+    const int64_t lo = bound("minLength") ? v["minLength"].get<int64_t>() : 0;
+    const std::string hi = bound("maxLength") ? std::to_string(v["maxLength"].get<int64_t>()) : "";
     v.erase("minLength");
     v.erase("maxLength");
     v["pattern"] = "^[^\"\\\\\\x00-\\x1f]{" + std::to_string(lo) + "," + hi + "}$";

@@ -336,6 +336,10 @@ Status Decoder::Step(std::span<const SeqChunk> chunks, ThreadPool* pool, Decoder
     tap->Tap(tap_prefix + "norm", h, {R, H});
   }
   for (size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i].all_hidden != nullptr) {
+      if (tap) std::memcpy(chunks[i].all_hidden, h + row0[i] * H, chunks[i].n * H * sizeof(float));
+      else RmsNorm(x + row0[i] * H, final_norm_.data(), chunks[i].n, H, eps, chunks[i].all_hidden);
+    }
     if (chunks[i].last_hidden == nullptr) continue;
     const int64_t last = row0[i] + chunks[i].n - 1;
     if (tap) std::memcpy(chunks[i].last_hidden, h + last * H, H * sizeof(float));

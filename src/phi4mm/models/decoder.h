@@ -90,6 +90,7 @@ struct SeqChunk {
   LoraMode mode = LoraMode::kNone;
   bool long_rope = false;         // rotary table of the whole sequence (must match a non-empty cache)
   float* last_hidden = nullptr;   // [hidden] final-norm hidden state of the last row; may be null
+  float* all_hidden = nullptr;    // [n, hidden] final-norm hidden states of every row (perplexity); may be null
 };
 
 // Wall time of a decoder step's parts in seconds, summed over the layers (one clock read per part

@@ -45,16 +45,6 @@ Status ReadAll(std::FILE* f, void* data, size_t bytes, const std::string& path, 
   return Status::Ok();
 }
 
-// Captures the final-norm hidden states of every position of one forward pass.
-class NormTap : public TensorTap {
- public:
-  void Tap(const std::string& name, const float* data, const std::vector<int64_t>& shape) override {
-    if (name != "norm") return;
-    rows.assign(data, data + shape[0] * shape[1]);
-  }
-  std::vector<float> rows;
-};
-
 }  // namespace
 
 double EncodeLogProbs(const float* logits, int64_t n_vocab, int32_t target, uint16_t* row) {
@@ -237,7 +227,8 @@ Result<PerplexityResult> EvaluatePerplexity(const Model& model, std::span<const 
 
   const bool long_rope = ctx > dec.config().original_max_position_embeddings;
   constexpr int64_t kBlock = 16;  // lm_head rows per pass: bounds the logits buffer to 16 x vocab floats
-  std::vector<float> embeds(ctx * H), last(H), logits(kBlock * V);
+  std::vector<float> embeds(ctx * H), hidden(ctx * H), logits(kBlock * V);
+  DecoderScratch scratch;
   std::vector<uint16_t> rows(scored * width);
   std::vector<ScoreSums> part(kBlock);
   ScoreSums sums;
@@ -248,11 +239,12 @@ Result<PerplexityResult> EvaluatePerplexity(const Model& model, std::span<const 
                                             "log-probabilities of window " + std::to_string(c)));
     PHI4MM_RETURN_IF_ERROR(model.embedding().Embed(win, embeds.data()));
     KvCache cache = dec.NewCache();
-    NormTap tap;
-    PHI4MM_RETURN_IF_ERROR(dec.Forward(embeds.data(), ctx, opts.mode, long_rope, &cache, pool, &tap, "", last.data()));
+    // One pass over the window with the final-norm hidden state of every row as its output.
+    const SeqChunk window{embeds.data(), ctx, &cache, opts.mode, long_rope, nullptr, hidden.data()};
+    PHI4MM_RETURN_IF_ERROR(dec.Step(std::span(&window, 1), pool, &scratch));
     for (int64_t r0 = 0; r0 < scored; r0 += kBlock) {
       const int64_t n = std::min(kBlock, scored - r0);
-      dec.LogitsRows(tap.rows.data() + (first + r0) * H, n, logits.data(), pool);
+      dec.LogitsRows(hidden.data() + (first + r0) * H, n, logits.data(), pool);
       for (auto& p : part) p = ScoreSums{};
       pool->ParallelFor(n, [&](int64_t b, int64_t e) {
         for (int64_t j = b; j < e; ++j) {
