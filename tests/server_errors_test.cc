@@ -113,7 +113,8 @@ TEST(ServerErrors, WrongTypesNameTheField) {
 
 TEST(ServerErrors, UnsupportedFieldsAreRefusedNotIgnored) {
   const std::string base = R"({"messages":[{"role":"user","content":"x"}],)";
-  Expect400(base + R"("n":2})", "n", "n must be 1", "not_supported");
+  Expect400(base + R"("n":17})", "n", "at most 16", "out_of_range");
+  Expect400(base + R"("n":0})", "n");
   // Structured output is served (tests/python/test_structured.py); its malformed forms are 400s.
   Expect400(base + R"("response_format":{"type":"json_schema","json_schema":{}}})", "response_format.json_schema.name");
   Expect400(base + R"("response_format":{"type":"yaml"}})", "response_format.type", "not supported");

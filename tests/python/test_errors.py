@@ -158,13 +158,16 @@ def test_prompt_over_the_context(client):
     assert "512" in err["message"]
 
 
-def test_n_2_and_json_schema_and_tool_choice_required(client):
-    bad_request(client, "x", "n", "not_supported", n=2)
-    bad_request(client, "x", "response_format", response_format={
-        "type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}})
-    bad_request(client, "x", "response_format", response_format={"type": "json_object"})
+def test_malformed_n_structured_output_and_modalities(client):
+    # n, response_format and tool_choice are served (test_choices.py, test_structured.py); their
+    # malformed forms are 400s naming the field.
+    bad_request(client, "x", "n", "out_of_range", n=17)
+    bad_request(client, "x", "response_format.json_schema.schema", "invalid_schema", response_format={
+        "type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object", "if": {}}}})
+    bad_request(client, "x", "response_format.type", response_format={"type": "xml"})
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    bad_request(client, "x", "tool_choice", tools=tools, tool_choice="required")
+    bad_request(client, "x", "tool_choice.function.name", tools=tools,
+                tool_choice={"type": "function", "function": {"name": "g"}})
     bad_request(client, "x", "modalities[1]", modalities=["text", "audio"])
 
 

@@ -1,6 +1,7 @@
-// One generation from admission to the last byte (server_internal.h). Submit to the engine (its
-// refusals become 400/429/503 before any byte is sent), then the engine's callbacks drive the
-// answer: a streamed one as SSE chunks (role chunk, content and tool-call deltas, final chunk,
+// One generation from admission to the last byte (server_internal.h). Submit to the engine, one
+// request per choice (`n`; the choices after the first share the first's prompt prefill and
+// sample with seed + index); its refusals become 400/429/503 before any byte is sent. Then the
+// engine's callbacks drive the answer: a streamed one as SSE chunks (role chunk, content and tool-call deltas, final chunk,
 // optional usage chunk, [DONE]) written as the tokens come, with ": ping" comments while silent; a
 // plain one as one response sent when the answer is over, with the status the outcome deserves
 // (200, or the error's own status: a failure after admission is never a 200). A client that goes
@@ -17,8 +18,10 @@ namespace phi4mm::server {
 
 namespace {
 
-// Formats the answer from the engine thread's callbacks. Events that arrive before Begin (the
-// engine can be that quick) wait in `early`.
+// Formats the answer of a request's choices (n of them, each its own engine request) from the
+// engine thread's callbacks. Events that arrive before Begin (the engine can be that quick) wait
+// in each choice's `early`. The response is complete when every choice has ended; a choice that
+// fails fails the response (and the other choices are cancelled).
 struct Writer {
   Server::Impl* server;
   std::shared_ptr<const Model> model;
@@ -28,42 +31,68 @@ struct Writer {
   ResponseMeta meta;
   std::vector<http::Header> headers;  // of the answer (x-phi4mm-ignored-fields)
 
-  std::mutex mu;
-  AnswerBuilder answer;
-  std::vector<TokenLogprobs> logprobs;  // of the tokens not yet sent (stream) or all (non-stream)
-  bool begun = false;
   struct Early {
     std::string text;
     int32_t token;
     std::optional<TokenLogprobs> logprobs;
   };
-  std::vector<Early> early;
-  std::optional<std::pair<Status, RequestResult>> early_done;
+  struct Choice {
+    explicit Choice(const OutputFormat& f) : answer(f.tools, f.tool_grammar) {}
+    AnswerBuilder answer;
+    std::vector<TokenLogprobs> logprobs;  // of the tokens not yet sent (stream) or all (non-stream)
+    std::vector<Early> early;
+    std::optional<std::pair<Status, RequestResult>> done;
+  };
+
+  std::mutex mu;
+  std::vector<Choice> choices;
+  size_t ended = 0;
+  bool begun = false;
+  bool failed = false;  // the error went out; later events are dropped
 
   Writer(Server::Impl* s, std::shared_ptr<const Model> m, std::shared_ptr<Call> c, http::Exchange e,
-         const OutputFormat& f, ResponseMeta mt)
-      : server(s), model(std::move(m)), call(std::move(c)), ex(std::move(e)), fmt(f), meta(std::move(mt)),
-        answer(f.tools, f.tool_grammar) {}
+         const OutputFormat& f, ResponseMeta mt, size_t n)
+      : server(s), model(std::move(m)), call(std::move(c)), ex(std::move(e)), fmt(f), meta(std::move(mt)) {
+    for (size_t i = 0; i < n; ++i) choices.emplace_back(f);
+  }
 
   bool chat() const { return fmt.kind == OutputFormat::kChat; }
 
-  // Stream chunks for the text (and log-probabilities) that became final.
-  void StreamDelta(const std::string& text) {
-    if (text.empty() && logprobs.empty()) return;
+  // Stream chunks for the text (and log-probabilities) of choice i that became final.
+  void StreamDelta(size_t i, const std::string& text) {
+    Choice& c = choices[i];
+    if (text.empty() && c.logprobs.empty()) return;
     Json chunk;
     if (chat()) {
       Json lp;
-      if (fmt.logprobs) lp = LogprobsJson(model->tokenizer(), logprobs);
-      chunk = ChatChunkJson(meta, {{"content", text}}, nullptr, fmt.include_usage, fmt.logprobs ? &lp : nullptr);
+      if (fmt.logprobs) lp = LogprobsJson(model->tokenizer(), c.logprobs);
+      chunk = ChatChunkJson(meta, {{"content", text}}, nullptr, fmt.include_usage, fmt.logprobs ? &lp : nullptr, i);
     } else {
       if (text.empty()) return;
-      chunk = CompletionChunkJson(meta, text, nullptr, fmt.include_usage);
+      chunk = CompletionChunkJson(meta, text, nullptr, fmt.include_usage, i);
     }
-    logprobs.clear();
+    c.logprobs.clear();
     ex.Write(SseData(chunk));
   }
 
-  // The error an ended request answers with (ok() when it has an answer); counts a timeout.
+  // Tool-call chunks in OpenAI's delta shape: index, id, type and name first, then fragments of
+  // the arguments.
+  void StreamCallDeltas(size_t i) {
+    for (const ToolCallDelta& d : choices[i].answer.TakeCallDeltas()) {
+      Json call_delta = {{"index", d.index}};
+      if (d.header) {
+        call_delta["id"] = d.id;
+        call_delta["type"] = "function";
+        call_delta["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+      } else {
+        call_delta["function"] = {{"arguments", d.arguments}};
+      }
+      ex.Write(SseData(ChatChunkJson(meta, {{"tool_calls", Json::array({std::move(call_delta)})}}, nullptr,
+                                     fmt.include_usage, nullptr, i)));
+    }
+  }
+
+  // The error an ended choice answers with (ok() when it has an answer); counts a timeout.
   ApiError FailureOf(const Status& status, const RequestResult& result) {
     std::string reason;
     {
@@ -86,122 +115,144 @@ struct Writer {
     return failure;
   }
 
-  // Tool-call chunks in OpenAI's delta shape: index, id, type and name first, then fragments of
-  // the arguments.
-  void StreamCallDeltas() {
-    for (const ToolCallDelta& d : answer.TakeCallDeltas()) {
-      Json call = {{"index", d.index}};
-      if (d.header) {
-        call["id"] = d.id;
-        call["type"] = "function";
-        call["function"] = {{"name", d.name}, {"arguments", d.arguments}};
-      } else {
-        call["function"] = {{"arguments", d.arguments}};
-      }
-      ex.Write(SseData(ChatChunkJson(meta, {{"tool_calls", Json::array({std::move(call)})}}, nullptr, fmt.include_usage)));
-    }
-  }
-
-  void Event(const std::string& text, int32_t token, const TokenLogprobs* lp) {
-    std::string delta = answer.Push(text, token);
-    if (lp) logprobs.push_back(*lp);
-    if (fmt.stream) StreamDelta(delta);
-    if (fmt.stream && fmt.tool_grammar) StreamCallDeltas();
+  void Event(size_t i, const std::string& text, int32_t token, const TokenLogprobs* lp) {
+    if (failed) return;
+    Choice& c = choices[i];
+    std::string delta = c.answer.Push(text, token);
+    if (lp) c.logprobs.push_back(*lp);
+    if (fmt.stream) StreamDelta(i, delta);
+    if (fmt.stream && fmt.tool_grammar) StreamCallDeltas(i);
   }
 
   // Engine thread.
-  void OnEvent(const StreamEvent& ev) {
+  void OnEvent(size_t i, const StreamEvent& ev) {
     std::lock_guard<std::mutex> l(mu);
     if (!begun) {
-      early.push_back({std::string(ev.text), ev.token,
-                       ev.logprobs ? std::optional<TokenLogprobs>(*ev.logprobs) : std::nullopt});
+      choices[i].early.push_back({std::string(ev.text), ev.token,
+                                  ev.logprobs ? std::optional<TokenLogprobs>(*ev.logprobs) : std::nullopt});
       return;
     }
-    Event(std::string(ev.text), ev.token, ev.logprobs);
+    Event(i, std::string(ev.text), ev.token, ev.logprobs);
   }
 
-  // The answer is over: final chunk(s), or the whole body (mu held).
-  void Finish(const Status& status, const RequestResult& result) {
-    const ApiError failure = FailureOf(status, result);
-    if (failure.ok()) server->metrics.ObserveResult(result);  // answers delivered, not cut-off ones
-    if (!failure.ok()) {
-      if (!fmt.stream) {
-        // Whatever was generated before the failure goes with the error, for clients that want it.
-        http::Response r = server->ErrorResponse(failure);
-        if (status.ok() && !result.generation.text.empty()) {
-          Json body = Json::parse(r.body, nullptr, false);
-          if (body.is_object()) {
-            body["error"]["partial_text"] = result.generation.text;
-            r.body = Dump(body);
-          }
+  // The response fails with `failure` (mu held): whatever choice i generated goes with the error of
+  // a plain answer; the other choices are cancelled.
+  void Fail(size_t i, const ApiError& failure, const Status& status, const RequestResult& result) {
+    failed = true;
+    if (!fmt.stream) {
+      http::Response r = server->ErrorResponse(failure);
+      if (status.ok() && !result.generation.text.empty()) {
+        Json body = Json::parse(r.body, nullptr, false);
+        if (body.is_object()) {
+          body["error"]["partial_text"] = result.generation.text;
+          if (choices.size() > 1) body["error"]["choice"] = i;
+          r.body = Dump(body);
         }
-        ex.Send(std::move(r));
-      } else {
-        ex.Write("data: " + ErrorBody(failure) + "\n\n");
-        ex.Write(std::string(kSseDone));
-        ex.End();
       }
-      server->EndCall(call);
-      return;
+      ex.Send(std::move(r));
+    } else {
+      ex.Write("data: " + ErrorBody(failure) + "\n\n");
+      ex.Write(std::string(kSseDone));
+      ex.End();
     }
-    const std::string tail = answer.Finish();
-    const bool tool_calls = !answer.calls().empty();
-    const char* finish = FinishReasonString(result.generation.finish, tool_calls);
-    const Json usage = UsageJson(result, fmt.dynamic_hd);
-    if (fmt.stream) {
-      StreamDelta(tail);
-      if (fmt.tool_grammar) StreamCallDeltas();
-      if (tool_calls && !fmt.tool_grammar) {
-        Json calls = ToolCallsJson(answer.calls(), /*with_index=*/true);
-        for (Json& c : calls) {
-          Json delta = {{"tool_calls", Json::array({c})}};
-          ex.Write(SseData(ChatChunkJson(meta, std::move(delta), nullptr, fmt.include_usage)));
-        }
+    if (ended < choices.size()) {
+      std::vector<RequestHandle> hs;
+      {
+        std::lock_guard<std::mutex> l(call->mu);
+        hs = call->handles;
       }
-      const Json last = chat() ? ChatChunkJson(meta, Json::object(), finish, fmt.include_usage)
-                               : CompletionChunkJson(meta, "", finish, fmt.include_usage);
-      ex.Write(SseData(last));
+      for (RequestHandle& h : hs) h.Cancel();
+    }
+  }
+
+  // Choice i ended (mu held, begun): a stream gets its last text and final chunk now; the response
+  // is complete once every choice has ended.
+  void ChoiceEnded(size_t i) {
+    Choice& c = choices[i];
+    const auto& [status, result] = *c.done;
+    if (failed) return;
+    const ApiError failure = FailureOf(status, result);
+    if (!failure.ok()) return Fail(i, failure, status, result);
+    server->metrics.ObserveResult(result);  // answers delivered, not cut-off ones
+    const std::string tail = c.answer.Finish();
+    if (!fmt.stream) return;
+    const bool tool_calls = !c.answer.calls().empty();
+    const char* finish = FinishReasonString(result.generation.finish, tool_calls);
+    StreamDelta(i, tail);
+    if (fmt.tool_grammar) StreamCallDeltas(i);
+    if (tool_calls && !fmt.tool_grammar) {
+      Json calls = ToolCallsJson(c.answer.calls(), /*with_index=*/true);
+      for (Json& tc : calls) {
+        Json delta = {{"tool_calls", Json::array({tc})}};
+        ex.Write(SseData(ChatChunkJson(meta, std::move(delta), nullptr, fmt.include_usage, nullptr, i)));
+      }
+    }
+    ex.Write(SseData(chat() ? ChatChunkJson(meta, Json::object(), finish, fmt.include_usage, nullptr, i)
+                            : CompletionChunkJson(meta, "", finish, fmt.include_usage, i)));
+  }
+
+  // Every choice has ended and none failed (mu held): the usage chunk and [DONE], or the body.
+  void Complete() {
+    std::vector<RequestResult> results;
+    for (const Choice& c : choices) results.push_back(c.done->second);
+    const Json usage = UsageJson(results, fmt.dynamic_hd);
+    if (fmt.stream) {
       if (fmt.include_usage) ex.Write(SseData(UsageChunkJson(meta, usage, chat())));
       ex.Write(std::string(kSseDone));
       ex.End();
-      server->EndCall(call);
       return;
     }
     http::Response r;
     r.headers = headers;
     if (fmt.kind == OutputFormat::kTranscription) {
+      const std::string& text = choices.front().answer.content();
       if (fmt.text_only) {
         r.content_type = "text/plain; charset=utf-8";
-        r.body = answer.content();
+        r.body = text;
       } else {
-        r.body = Dump(Json{{"text", answer.content()}, {"usage", usage}});
+        r.body = Dump(Json{{"text", text}, {"usage", usage}});
       }
-    } else if (fmt.kind == OutputFormat::kCompletion) {
-      r.body = Dump(CompletionJson(meta, answer.content(), finish, usage));
     } else {
-      Json lp;
-      if (fmt.logprobs) lp = LogprobsJson(model->tokenizer(), result.generation.logprobs);
-      r.body = Dump(ChatCompletionJson(meta, answer.content(), answer.calls(), finish, usage, fmt.logprobs ? &lp : nullptr));
+      Json out = Json::array();
+      for (size_t i = 0; i < choices.size(); ++i) {
+        const Choice& c = choices[i];
+        const RequestResult& result = c.done->second;
+        const char* finish = FinishReasonString(result.generation.finish, !c.answer.calls().empty());
+        if (fmt.kind == OutputFormat::kCompletion) {
+          out.push_back(CompletionChoiceJson(i, c.answer.content(), finish));
+        } else {
+          Json lp;
+          if (fmt.logprobs) lp = LogprobsJson(model->tokenizer(), result.generation.logprobs);
+          out.push_back(ChatChoiceJson(i, c.answer.content(), c.answer.calls(), finish, fmt.logprobs ? &lp : nullptr));
+        }
+      }
+      r.body = Dump(fmt.kind == OutputFormat::kCompletion ? CompletionJson(meta, std::move(out), usage)
+                                                          : ChatCompletionJson(meta, std::move(out), usage));
     }
     ex.Send(std::move(r));
-    server->EndCall(call);
   }
 
-  // Engine thread (or the one stopping it).
-  void OnDone(const Status& status, const RequestResult& result) {
+  // Choice i's result (mu held, begun).
+  void Done(size_t i) {
+    ++ended;
+    ChoiceEnded(i);
+    if (ended < choices.size()) return;
     {
       std::lock_guard<std::mutex> l(call->mu);
       call->ended = true;
     }
-    std::lock_guard<std::mutex> l(mu);
-    if (!begun) {
-      early_done.emplace(status, result);
-      return;
-    }
-    Finish(status, result);
+    if (!failed) Complete();
+    server->EndCall(call);
   }
 
-  // Submit returned a handle: the answer may start (HTTP worker thread).
+  // Engine thread (or the one stopping it).
+  void OnDone(size_t i, const Status& status, const RequestResult& result) {
+    std::lock_guard<std::mutex> l(mu);
+    choices[i].done.emplace(status, result);
+    if (begun) Done(i);
+  }
+
+  // Every choice was submitted: the answer may start (HTTP worker thread).
   void Begin() {
     std::lock_guard<std::mutex> l(mu);
     begun = true;
@@ -210,11 +261,17 @@ struct Writer {
       hs.push_back({"X-Accel-Buffering", "no"});
       ex.StartStream(200, "text/event-stream", std::move(hs), std::string(kSsePing),
                      std::chrono::milliseconds(static_cast<int64_t>(server->opts.sse_ping_seconds * 1000)));
-      if (chat()) ex.Write(SseData(ChatChunkJson(meta, {{"role", "assistant"}, {"content", ""}}, nullptr, fmt.include_usage)));
+      if (chat())
+        for (size_t i = 0; i < choices.size(); ++i)
+          ex.Write(SseData(ChatChunkJson(meta, {{"role", "assistant"}, {"content", ""}}, nullptr, fmt.include_usage,
+                                         nullptr, i)));
     }
-    for (const Early& e : early) Event(e.text, e.token, e.logprobs ? &*e.logprobs : nullptr);
-    early.clear();
-    if (early_done) Finish(early_done->first, early_done->second);
+    for (size_t i = 0; i < choices.size(); ++i) {
+      for (const Early& e : choices[i].early) Event(i, e.text, e.token, e.logprobs ? &*e.logprobs : nullptr);
+      choices[i].early.clear();
+    }
+    for (size_t i = 0; i < choices.size(); ++i)
+      if (choices[i].done) Done(i);
   }
 };
 
@@ -235,54 +292,87 @@ void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, const ht
     if (!engine) return SendError(ex, Unavailable("the server is shutting down", 5));
     mdl = model;
   }
-  auto writer = std::make_shared<Writer>(this, mdl, call, ex, fmt, std::move(meta));
+  const size_t n = static_cast<size_t>(std::max<int64_t>(1, req.n));
+  auto writer = std::make_shared<Writer>(this, mdl, call, ex, fmt, std::move(meta), n);
   if (!req.ignored_fields.empty()) {
     std::string list;
     for (const std::string& f : req.ignored_fields) list += (list.empty() ? "" : ",") + f;
     writer->headers.push_back({"x-phi4mm-ignored-fields", list});
   }
-  Metrics* m = &metrics;
-  auto last_token = std::make_shared<std::optional<Clock::time_point>>();
-  req.engine.on_event = [writer, m, last_token, ex](const StreamEvent& ev) {
-    if (ev.token >= 0) {
-      const Clock::time_point now = Clock::now();
-      if (*last_token) m->ObserveInterToken(std::chrono::duration<double>(now - **last_token).count());
-      *last_token = now;
-    }
-    writer->OnEvent(ev);
-    return !ex.client_gone();
-  };
-  req.engine.on_done = [writer](const Status& status, const RequestResult& result) { writer->OnDone(status, result); };
   req.engine.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(opts.request_timeout_seconds));
   req.engine.media_hold = media_hold;
   req.engine.prompt_options.cancel = &ex.gone_flag();  // the exchange outlives Submit
+  // Choice i samples with seed + i; choices after the first wait for its prompt prefill.
+  std::vector<EngineRequest> reqs;
+  if (n > 1) {
+    req.engine.prompt_share = std::make_shared<PromptShare>();
+    req.engine.share_leader = true;
+  }
+  for (size_t i = 1; i < n; ++i) {
+    reqs.push_back(req.engine);
+    reqs.back().share_leader = false;
+    reqs.back().generate.sampling.seed += i;
+  }
+  reqs.insert(reqs.begin(), std::move(req.engine));
+  Metrics* m = &metrics;
+  for (size_t i = 0; i < n; ++i) {
+    auto last_token = std::make_shared<std::optional<Clock::time_point>>();
+    reqs[i].on_event = [writer, m, last_token, ex, i](const StreamEvent& ev) {
+      if (ev.token >= 0) {
+        const Clock::time_point now = Clock::now();
+        if (*last_token) m->ObserveInterToken(std::chrono::duration<double>(now - **last_token).count());
+        *last_token = now;
+      }
+      writer->OnEvent(i, ev);
+      return !ex.client_gone();
+    };
+    reqs[i].on_done = [writer, i](const Status& status, const RequestResult& result) { writer->OnDone(i, status, result); };
+  }
   {
     std::lock_guard<std::mutex> l(calls_mu);
     calls.insert(call);
   }
-  Result<RequestHandle> handle = Status(StatusCode::kInternal, "not submitted");
-  {
-    std::shared_lock<std::shared_mutex> l(model_mu);
-    if (engine) handle = engine->Submit(std::move(req.engine));
-    else handle = Cancelled("the server is shutting down");
-  }
-  if (!handle.ok()) {
-    EndCall(call);
-    if (handle.status().code() == StatusCode::kCancelled && ex.client_gone()) return;
-    ApiError e = FromStatus(handle.status(), "messages");
-    if (e.status == 429) e.retry_after_seconds = RetryAfterSeconds();
-    return SendError(ex, e);
+  for (size_t i = 0; i < n; ++i) {
+    Result<RequestHandle> handle = Status(StatusCode::kInternal, "not submitted");
+    {
+      std::shared_lock<std::shared_mutex> l(model_mu);
+      if (engine) handle = engine->Submit(std::move(reqs[i]));
+      else handle = Cancelled("the server is shutting down");
+    }
+    if (!handle.ok()) {
+      // The choices already queued are cancelled; their callbacks find the writer never begun.
+      std::vector<RequestHandle> queued;
+      {
+        std::lock_guard<std::mutex> l(call->mu);
+        queued = call->handles;
+        call->ended = true;
+      }
+      for (RequestHandle& h : queued) h.Cancel();
+      EndCall(call);
+      if (handle.status().code() == StatusCode::kCancelled && ex.client_gone()) return;
+      ApiError e = FromStatus(handle.status(), "messages");
+      if (e.status == 429) e.retry_after_seconds = RetryAfterSeconds();
+      return SendError(ex, e);
+    }
+    std::lock_guard<std::mutex> l(call->mu);
+    call->handles.push_back(*handle);
   }
   // The decoded images and clips are gone; what the engine keeps until it has encoded them stays.
   if (media_hold) media_hold->ShrinkTo(held_bytes);
   bool cancel_now = false;
   {
     std::lock_guard<std::mutex> l(call->mu);
-    call->handle = *handle;
     cancel_now = call->cancel_requested;
   }
-  if (cancel_now) handle->Cancel();
+  if (cancel_now) {
+    std::vector<RequestHandle> hs;
+    {
+      std::lock_guard<std::mutex> l(call->mu);
+      hs = call->handles;
+    }
+    for (RequestHandle& h : hs) h.Cancel();
+  }
   ex.OnClientGone([call] { call->Cancel("disconnect"); });
   writer->Begin();
 }

@@ -26,6 +26,7 @@ struct ServerLimits {
   int64_t max_dynamic_hd = 0;  // detail "high" and the cap of the dynamic_hd extension; 0 = checkpoint
   int64_t default_max_tokens = 2048;
   int64_t max_stop_strings = 8;
+  int64_t max_choices = 16;    // `n`
   int max_json_depth = 64;
 };
 
@@ -59,6 +60,7 @@ struct ParsedRequest {
   bool tools = false;           // tools were rendered: parse <|tool_call|> output into tool_calls
   OutputRequest output;         // response_format / the tool-call grammar
   int64_t dynamic_hd = 0;       // the crop limit the images use
+  int64_t n = 1;                // choices: one engine request each, sharing the prompt's prefill
   std::vector<std::string> ignored_fields;
   // The media parts in order of appearance (engine.media is filled from them once decoded).
   std::vector<MediaSource> media_sources;

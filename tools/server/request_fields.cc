@@ -88,9 +88,12 @@ void ParseGeneration(const Json& b, const ServerLimits& limits, const ModelFacts
          "not_supported");
   }
 
-  // One answer only.
-  if (auto n = OptInt(b, "n", "", 1, 128); n && *n != 1)
-    Fail("n", "n must be 1: this server returns one choice per request", "not_supported");
+  // Choices: each its own engine request (seed + index), the prompt prefilled once.
+  if (auto n = OptInt(b, "n", "", 1, 128)) {
+    if (*n > limits.max_choices)
+      Fail("n", "n is at most " + std::to_string(limits.max_choices) + " on this server", "out_of_range");
+    out->n = *n;
+  }
 
   // Streaming.
   out->stream = OptBool(b, "stream", "").value_or(false);

@@ -32,6 +32,15 @@ Json UsageJson(const RequestResult& r, int64_t dynamic_hd) {
   return u;
 }
 
+Json UsageJson(std::span<const RequestResult> choices, int64_t dynamic_hd) {
+  Json u = UsageJson(choices.front(), dynamic_hd);
+  int64_t completion = 0;
+  for (const RequestResult& r : choices) completion += static_cast<int64_t>(r.generation.tokens.size());
+  u["completion_tokens"] = completion;
+  u["total_tokens"] = u["prompt_tokens"].get<int64_t>() + completion;
+  return u;
+}
+
 namespace {
 Json TokenEntry(const Tokenizer& tok, int32_t id, float logprob) {
   const std::string bytes = tok.TokenBytes(id);
@@ -67,21 +76,25 @@ Json ToolCallsJson(const std::vector<ToolCall>& calls, bool with_index) {
   return a;
 }
 
-Json ChatCompletionJson(const ResponseMeta& m, const std::string& content, const std::vector<ToolCall>& calls,
-                        const char* finish_reason, const Json& usage, const Json* logprobs) {
+Json ChatChoiceJson(size_t index, const std::string& content, const std::vector<ToolCall>& calls,
+                    const char* finish_reason, const Json* logprobs) {
   Json msg = {{"role", "assistant"}};
   msg["content"] = content.empty() && !calls.empty() ? Json(nullptr) : Json(content);
   if (!calls.empty()) msg["tool_calls"] = ToolCallsJson(calls, false);
-  Json choice = {{"index", 0}, {"message", std::move(msg)}, {"finish_reason", finish_reason}};
+  Json choice = {{"index", index}, {"message", std::move(msg)}, {"finish_reason", finish_reason}};
   choice["logprobs"] = logprobs ? *logprobs : Json(nullptr);
+  return choice;
+}
+
+Json ChatCompletionJson(const ResponseMeta& m, Json choices, const Json& usage) {
   return {{"id", m.id},          {"object", "chat.completion"}, {"created", m.created},
-          {"model", m.model},    {"choices", Json::array({std::move(choice)})},
+          {"model", m.model},    {"choices", std::move(choices)},
           {"usage", usage},      {"system_fingerprint", m.fingerprint}};
 }
 
 Json ChatChunkJson(const ResponseMeta& m, Json delta, const char* finish_reason, bool usage_null,
-                   const Json* logprobs) {
-  Json choice = {{"index", 0}, {"delta", std::move(delta)}};
+                   const Json* logprobs, size_t index) {
+  Json choice = {{"index", index}, {"delta", std::move(delta)}};
   choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json(nullptr);
   choice["logprobs"] = logprobs ? *logprobs : Json(nullptr);
   Json c = {{"id", m.id},       {"object", "chat.completion.chunk"}, {"created", m.created},
@@ -100,15 +113,19 @@ Json UsageChunkJson(const ResponseMeta& m, const Json& usage, bool chat) {
           {"usage", usage}};
 }
 
-Json CompletionJson(const ResponseMeta& m, const std::string& text, const char* finish_reason, const Json& usage) {
-  Json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+Json CompletionChoiceJson(size_t index, const std::string& text, const char* finish_reason) {
+  return {{"index", index}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+}
+
+Json CompletionJson(const ResponseMeta& m, Json choices, const Json& usage) {
   return {{"id", m.id},       {"object", "text_completion"}, {"created", m.created},
-          {"model", m.model}, {"choices", Json::array({std::move(choice)})},
+          {"model", m.model}, {"choices", std::move(choices)},
           {"usage", usage},   {"system_fingerprint", m.fingerprint}};
 }
 
-Json CompletionChunkJson(const ResponseMeta& m, const std::string& text, const char* finish_reason, bool usage_null) {
-  Json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}};
+Json CompletionChunkJson(const ResponseMeta& m, const std::string& text, const char* finish_reason, bool usage_null,
+                         size_t index) {
+  Json choice = {{"index", index}, {"text", text}, {"logprobs", nullptr}};
   choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json(nullptr);
   Json c = {{"id", m.id},       {"object", "text_completion"}, {"created", m.created},
             {"model", m.model}, {"system_fingerprint", m.fingerprint}, {"choices", Json::array({std::move(choice)})}};

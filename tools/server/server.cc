@@ -59,7 +59,7 @@ http::Options HttpOptions(const ServerOptions& o) {
 }  // namespace
 
 void Call::Cancel(const std::string& reason) {
-  RequestHandle h;
+  std::vector<RequestHandle> hs;
   bool first = false;
   {
     std::lock_guard<std::mutex> l(mu);
@@ -67,10 +67,10 @@ void Call::Cancel(const std::string& reason) {
     first = cancel_reason.empty();
     if (first) cancel_reason = reason;
     cancel_requested = true;
-    h = handle;
+    hs = handles;
   }
   if (first && metrics) metrics->CountCancelled(reason);
-  h.Cancel();
+  for (RequestHandle& h : hs) h.Cancel();
 }
 
 Server::Impl::Impl(ServerOptions o) : opts(std::move(o)), http(HttpOptions(opts)), media_budget(opts.media_budget_bytes) {}

@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 struct Call {
   std::mutex mu;
   std::string cancel_reason;  // under mu: disconnect | shutdown
-  RequestHandle handle;       // under mu: set once Submit returned
+  std::vector<RequestHandle> handles;  // under mu: one per choice, added as Submit returns them
   bool cancel_requested = false;  // under mu: Cancel before the handle existed
   bool ended = false;             // under mu: the engine finished with it
   Metrics* metrics = nullptr;

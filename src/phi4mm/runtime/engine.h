@@ -22,6 +22,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -71,6 +72,15 @@ struct StreamEvent {
 
 struct RequestResult;
 
+// Requests that ask for the same prompt (the n choices of one API call): the one submitted with
+// `share_leader` publishes its prompt's KV to the prefix cache as soon as its prefill is done (or
+// gives up when it ends first), and the others are admitted only after that, so they find all but
+// the prompt's last position in the cache and the prompt is prefilled once. Each keeps its own
+// sampler and seed. With the prefix cache off, the others prefill the prompt themselves.
+struct PromptShare {
+  std::atomic<bool> published{false};
+};
+
 struct EngineRequest {
   std::string prompt;            // rendered with the chat template; <|image_N|> / <|audio_N|> placeholders
   std::vector<int32_t> prompt_ids;  // or the prompt as token ids (used when `prompt` is empty; no media)
@@ -82,6 +92,8 @@ struct EngineRequest {
   // engine lets go of it, and of the preprocessed pixels and features, once every image and clip
   // of the request is encoded (or the request ends).
   std::shared_ptr<void> media_hold;
+  std::shared_ptr<PromptShare> prompt_share;  // with the other choices of the same prompt
+  bool share_leader = false;                  // this one prefills the shared prompt
   // Engine thread; return false to cancel the request.
   std::function<bool(const StreamEvent&)> on_event;
   // Engine thread, before each sampling: the logits the next token is drawn from (tests, debugging).

@@ -23,6 +23,21 @@ void Recount(State& st, const Seq& s, int waiting, int running) {
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+// The request's cache (its first `len` positions) into the prefix cache under its position keys.
+void InsertPrefix(State& st, const Seq& s, int64_t len) {
+  if (len <= 0) return;
+  std::vector<uint64_t> keys(static_cast<size_t>(len));
+  const int64_t n = static_cast<int64_t>(s.keys.size());
+  for (int64_t p = 0; p < len; ++p) keys[p] = p < n ? s.keys[p] : static_cast<uint32_t>(s.tokens[p]);
+  st.prefix.Insert(s.prompt.mode, s.long_rope, std::move(keys), s.cache);
+}
+
+// A shared prompt's leader is done with it (its prefill ended, or the request did): the other
+// choices may be admitted.
+void PublishPrompt(Seq& s) {
+  if (s.req.share_leader && s.req.prompt_share) s.req.prompt_share->published = true;
+}
+
 // Ends a request: its closing text (unless cut short), its result and counters, and it gives back
 // its KV reservation at once. A finished request's cache goes to the prefix cache.
 void Complete(State& st, Seq& s, FinishReason reason, Status status = Status::Ok()) {
@@ -33,14 +48,9 @@ void Complete(State& st, Seq& s, FinishReason reason, Status status = Status::Ok
   g = std::move(s.answer->result());
   if (status.ok()) {
     if (!tail.empty() && s.req.on_event) s.req.on_event(StreamEvent{tail, -1});
-    const int64_t len = s.cache.length();
-    if (len > 0) {
-      std::vector<uint64_t> keys(static_cast<size_t>(len));
-      const int64_t n = static_cast<int64_t>(s.keys.size());
-      for (int64_t p = 0; p < len; ++p) keys[p] = p < n ? s.keys[p] : static_cast<uint32_t>(s.tokens[p]);
-      st.prefix.Insert(s.prompt.mode, s.long_rope, std::move(keys), s.cache);
-    }
+    InsertPrefix(st, s, s.cache.length());
   }
+  PublishPrompt(s);
   s.cache = KvCache();
   s.reservation.Reset();
   s.job = std::monostate();
@@ -306,6 +316,10 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
 // goes on decoding or completes.
 void OnLogits(State& st, Seq& s, float* logits, int64_t vocab) {
   s.phase = Phase::kDecoding;
+  if (!s.has_first_token && s.req.share_leader && s.req.prompt_share && !s.req.prompt_share->published) {
+    InsertPrefix(st, s, s.cache.length());  // the prompt, for the other choices
+    PublishPrompt(s);
+  }
   const std::span<float> row(logits, static_cast<size_t>(vocab));
   const Sequence::Step step = s.answer->Next(row, &s.tokens, s.req.on_logits);
   if (step.token >= 0 && !s.has_first_token) {
@@ -470,8 +484,12 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
     Reap(st, st.waiting, st.running);
     // Admission in arrival order (the oldest waiting request is never overtaken; a preempted one
     // waits at the head).
+    // A choice that shares a prompt waits for its leader to publish it.
+    auto may_start = [](const Seq& s) {
+      return !s.req.prompt_share || s.req.share_leader || s.req.prompt_share->published || s.preemptions > 0;
+    };
     while (!st.waiting.empty() && static_cast<int64_t>(st.running.size()) < o.max_running &&
-           Admit(m, o, st, *st.waiting.front())) {
+           may_start(*st.waiting.front()) && Admit(m, o, st, *st.waiting.front())) {
       st.running.push_back(std::move(st.waiting.front()));
       st.waiting.pop_front();
       std::lock_guard<std::mutex> l(st.mu);
