@@ -161,6 +161,17 @@ constexpr const char* kPersonSchema = R"({"type": "object", "additionalPropertie
                  "role": {"enum": ["admin", "user"]}},
   "required": ["name", "age", "role"]})";
 
+// The tool-call constraint: `grammar` between <|tool_call|> and <|/tool_call|>.
+OutputConstraint ToolCallConstraint(std::shared_ptr<const grammar::CompiledGrammar> grammar, bool must_open) {
+  OutputConstraint c;
+  c.grammar = std::move(grammar);
+  c.between_tags = true;
+  c.open_id = 200025;
+  c.close_id = 200026;
+  c.must_open = must_open;
+  return c;
+}
+
 std::shared_ptr<const Model> Trained() {
   static std::shared_ptr<const Model> m = [] {
     auto r = Model::Load(test::FixturePath("trained/orig"));
@@ -248,12 +259,7 @@ TEST(ConstrainedGeneration, ToolCallTagsForcedOrEngagedOnTheOpenToken) {
       "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"], "additionalProperties": false}},
       "required": ["name", "arguments"], "additionalProperties": false}})");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
-  OutputConstraint c;
-  c.grammar = *g;
-  c.between_tags = true;
-  c.open_id = 200025;
-  c.close_id = 200026;
-  c.must_open = true;
+  const OutputConstraint c = ToolCallConstraint(*g, /*must_open=*/true);
   auto prompt = model->tokenizer().Encode("<|user|>Weather in Paris?<|end|><|assistant|>");
   ASSERT_TRUE(prompt.ok());
   for (uint64_t seed = 1; seed <= 4; ++seed) {
@@ -303,11 +309,7 @@ TEST_F(GrammarOnTokenizer, AutoToolChoiceLeavesTextFreeUntilTheOpenToken) {
   const Tokenizer& tok = test::FixtureTokenizer();
   auto g = compiler_->JsonSchema(R"({"type": "array", "items": {"type": "object"}, "minItems": 1, "maxItems": 1})");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
-  OutputConstraint c;
-  c.grammar = *g;
-  c.between_tags = true;
-  c.open_id = 200025;
-  c.close_id = 200026;
+  const OutputConstraint c = ToolCallConstraint(*g, /*must_open=*/false);
   const int32_t stop = 200020;
   ConstraintState st(c, std::span(&stop, 1));
   std::vector<float> logits(static_cast<size_t>(compiler_->rows()));

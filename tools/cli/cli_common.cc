@@ -1,13 +1,11 @@
 // Flag registration, model loading and error reporting shared by the subcommands.
 #include "cli_common.h"
 
-#include <fstream>
-#include <iterator>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 
+#include "phi4mm/base/file_map.h"
 #include "phi4mm/io/npy.h"
 
 namespace phi4mm::cli {
@@ -33,10 +31,9 @@ Status GenerationFlags::ApplyOutputFormat(const Model& model, GenerateOptions* o
   if (!compiler.ok()) return compiler.status();
   Result<std::shared_ptr<const grammar::CompiledGrammar>> g = (*compiler)->JsonObject();
   if (!json_schema.empty()) {
-    std::ifstream in(json_schema, std::ios::binary);
-    if (!in) return NotFound("cannot read the JSON Schema file '" + json_schema + "'");
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    g = (*compiler)->JsonSchema(text, /*strict=*/true);
+    auto text = ReadFileToString(json_schema);
+    if (!text.ok()) return text.status().WithContext("--json-schema");
+    g = (*compiler)->JsonSchema(*text, /*strict=*/true);
     if (!g.ok()) return g.status().WithContext("--json-schema " + json_schema);
   }
   if (!g.ok()) return g.status();

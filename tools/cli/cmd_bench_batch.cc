@@ -7,8 +7,6 @@
 // decode, with the longest gap the streams saw meanwhile. Ceilings as in `phi4mm bench`: the read
 // bandwidth bounds one stream (bytes per step ÷ bandwidth), the int8 / f32 peak bounds a batch.
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <cstdio>
 #include <mutex>
 #include <numeric>
@@ -19,6 +17,7 @@
 
 #include "bench_util.h"
 #include "cli_common.h"
+#include "phi4mm/base/file_map.h"
 #include "phi4mm/kernels/machine_peaks.h"
 #include "phi4mm/runtime/engine.h"
 
@@ -332,18 +331,17 @@ int BatchBenchCommand(const BenchFlags& f) {
   std::mt19937 rng(4321);
   OutputConstraint constraint;
   if (!f.json_schema.empty()) {
-    std::ifstream in(f.json_schema, std::ios::binary);
-    if (!in) return ReportError(NotFound("cannot read the JSON Schema file '" + f.json_schema + "'"));
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto text = ReadFileToString(f.json_schema);
+    if (!text.ok()) return ReportError(text.status().WithContext("--json-schema"));
     using Clock = std::chrono::steady_clock;
     const Clock::time_point t0 = Clock::now();
     auto compiler = model->grammar();
     if (!compiler.ok()) return ReportError(compiler.status());
     const Clock::time_point t1 = Clock::now();
-    auto g = (*compiler)->JsonSchema(text);
+    auto g = (*compiler)->JsonSchema(*text);
     if (!g.ok()) return ReportError(g.status().WithContext("--json-schema " + f.json_schema));
     const Clock::time_point t2 = Clock::now();
-    auto again = (*compiler)->JsonSchema(text);
+    auto again = (*compiler)->JsonSchema(*text);
     const Clock::time_point t3 = Clock::now();
     auto ms = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
     std::printf("grammar: vocabulary indexed in %.0f ms (once per model); schema compiled in %.1f ms cold, %.3f ms "

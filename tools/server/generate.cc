@@ -155,14 +155,7 @@ struct Writer {
       ex.Write(std::string(kSseDone));
       ex.End();
     }
-    if (ended < choices.size()) {
-      std::vector<RequestHandle> hs;
-      {
-        std::lock_guard<std::mutex> l(call->mu);
-        hs = call->handles;
-      }
-      for (RequestHandle& h : hs) h.Cancel();
-    }
+    if (ended < choices.size()) call->CancelHandles();
   }
 
   // Choice i ended (mu held, begun): a stream gets its last text and final chunk now; the response
@@ -342,13 +335,11 @@ void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, const ht
     }
     if (!handle.ok()) {
       // The choices already queued are cancelled; their callbacks find the writer never begun.
-      std::vector<RequestHandle> queued;
+      call->CancelHandles();
       {
         std::lock_guard<std::mutex> l(call->mu);
-        queued = call->handles;
         call->ended = true;
       }
-      for (RequestHandle& h : queued) h.Cancel();
       EndCall(call);
       if (handle.status().code() == StatusCode::kCancelled && ex.client_gone()) return;
       ApiError e = FromStatus(handle.status(), "messages");
@@ -365,14 +356,7 @@ void Server::Impl::Generate(ParsedRequest req, const OutputFormat& fmt, const ht
     std::lock_guard<std::mutex> l(call->mu);
     cancel_now = call->cancel_requested;
   }
-  if (cancel_now) {
-    std::vector<RequestHandle> hs;
-    {
-      std::lock_guard<std::mutex> l(call->mu);
-      hs = call->handles;
-    }
-    for (RequestHandle& h : hs) h.Cancel();
-  }
+  if (cancel_now) call->CancelHandles();
   ex.OnClientGone([call] { call->Cancel("disconnect"); });
   writer->Begin();
 }

@@ -59,7 +59,6 @@ http::Options HttpOptions(const ServerOptions& o) {
 }  // namespace
 
 void Call::Cancel(const std::string& reason) {
-  std::vector<RequestHandle> hs;
   bool first = false;
   {
     std::lock_guard<std::mutex> l(mu);
@@ -67,9 +66,17 @@ void Call::Cancel(const std::string& reason) {
     first = cancel_reason.empty();
     if (first) cancel_reason = reason;
     cancel_requested = true;
-    hs = handles;
   }
   if (first && metrics) metrics->CountCancelled(reason);
+  CancelHandles();
+}
+
+void Call::CancelHandles() {
+  std::vector<RequestHandle> hs;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    hs = handles;
+  }
   for (RequestHandle& h : hs) h.Cancel();
 }
 

@@ -25,9 +25,11 @@ struct Call {
   bool cancel_requested = false;  // under mu: Cancel before the handle existed
   bool ended = false;             // under mu: the engine finished with it
   Metrics* metrics = nullptr;
-  // Cancels the engine request; the first cancellation of a request still running is counted
+  // Cancels the engine requests; the first cancellation of a request still running is counted
   // under `reason` (disconnect | shutdown).
   void Cancel(const std::string& reason);
+  // Cancels the engine requests submitted so far, without a reason (the server gave up on them).
+  void CancelHandles();
 };
 
 // How a generation's answer is written.

@@ -65,17 +65,19 @@ struct Compiler::Impl {
   std::map<Digest, std::pair<std::shared_ptr<const CompiledGrammar>, std::list<Digest>::iterator>> cache;
   CompilerStats stats;
 
+  // The grammar cached under `key` (counted as a hit), or null.
+  std::shared_ptr<const CompiledGrammar> Find(const Digest& key) {
+    std::lock_guard<std::mutex> l(mu);
+    auto it = cache.find(key);
+    if (it == cache.end()) return nullptr;
+    lru.splice(lru.begin(), lru, it->second.second);
+    ++stats.cache_hits;
+    return it->second.first;
+  }
+
+  // Compiles what Find did not have, and caches it under `key`.
   template <class Fn>
-  Result<std::shared_ptr<const CompiledGrammar>> Cached(const Digest& key, Fn compile) {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      auto it = cache.find(key);
-      if (it != cache.end()) {
-        lru.splice(lru.begin(), lru, it->second.second);
-        ++stats.cache_hits;
-        return it->second.first;
-      }
-    }
+  Result<std::shared_ptr<const CompiledGrammar>> Compile(const Digest& key, Fn compile) {
     std::vector<std::string> warnings;
     t_warnings = &warnings;
     const auto t0 = std::chrono::steady_clock::now();
@@ -131,13 +133,16 @@ CompilerStats Compiler::stats() const {
 }
 
 Result<std::shared_ptr<const CompiledGrammar>> Compiler::JsonSchema(std::string_view schema_json, bool strict) {
-  PHI4MM_RETURN_IF_ERROR(CheckSchemaSupported(schema_json));
   Sha256 h;
   h.Update("json_schema", 11);
   h.UpdateValue(strict);
   h.Update(schema_json.data(), schema_json.size());
+  const Digest key = h.Finish();
+  // A cached schema passed the check and was rewritten before: a hit does neither again.
+  if (auto hit = impl_->Find(key)) return hit;
+  PHI4MM_RETURN_IF_ERROR(CheckSchemaSupported(schema_json));
   const std::string schema = SchemaForEngine(schema_json);
-  return impl_->Cached(h.Finish(), [&] {
+  return impl_->Compile(key, [&] {
     // Compact JSON (", " and ": " separators, no free whitespace): a sampled answer cannot wander
     // off into whitespace, and its text is the same whichever whitespace the model prefers.
     return impl_->compiler.CompileJSONSchema(schema, /*any_whitespace=*/false, std::nullopt,
@@ -148,7 +153,9 @@ Result<std::shared_ptr<const CompiledGrammar>> Compiler::JsonSchema(std::string_
 Result<std::shared_ptr<const CompiledGrammar>> Compiler::JsonObject() {
   Sha256 h;
   h.Update("json_object", 11);
-  return impl_->Cached(h.Finish(), [&] {
+  const Digest key = h.Finish();
+  if (auto hit = impl_->Find(key)) return hit;
+  return impl_->Compile(key, [&] {
     return impl_->compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false, std::nullopt,
                                              std::make_pair(std::string(", "), std::string(": ")), /*strict_mode=*/false);
   });
