@@ -201,21 +201,63 @@ Status Decoder::Forward(const float* embeds, int64_t S, LoraMode mode, bool long
   return Step(std::span(&chunk, 1), pool, &scratch, tap, tap_prefix);
 }
 
-namespace {
-template <typename T>
-T* Sized(std::vector<T>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-}  // namespace
+// Profiling of a step (DecoderScratch::times): each lap adds the time since the previous one to a part.
+class Decoder::StepClock {
+ public:
+  explicit StepClock(DecoderStepTimes* times) : times_(times), mark_(times ? Clock::now() : Clock::time_point{}) {}
+  void Lap(double DecoderStepTimes::*part) {
+    if (times_ == nullptr) return;
+    const Clock::time_point now = Clock::now();
+    times_->*part += std::chrono::duration<double>(now - mark_).count();
+    mark_ = now;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  DecoderStepTimes* times_;
+  Clock::time_point mark_;
+};
 
 Status Decoder::Step(std::span<const SeqChunk> chunks, ThreadPool* pool, DecoderScratch* sc, TensorTap* tap,
                      const std::string& tap_prefix) const {
+  if (chunks.size() > 1) tap = nullptr;
+  PHI4MM_RETURN_IF_ERROR(PlanStep(chunks, sc));
+  const int64_t R = sc->rows, H = cfg_.hidden_size;
+  if (tap) tap->Tap(tap_prefix + "embeds", sc->x.data(), {R, H});
+  StepClock clock(sc->times);
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    Layer(li, chunks, pool, sc, clock);
+    if (tap) tap->Tap(tap_prefix + "layer." + std::to_string(li), sc->x.data(), {R, H});
+  }
+  // Final norm (Phi4MultimodalModel.forward's self.norm) for the rows whose hidden state is asked for.
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const float* x = sc->x.data();
+  float* h = sc->h.data();
+  if (tap) {
+    RmsNorm(x, final_norm_.data(), R, H, eps, h);
+    tap->Tap(tap_prefix + "norm", h, {R, H});
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SeqChunk& ch = chunks[i];
+    const int64_t row0 = sc->row0[i];
+    ch.cache->length_ = sc->past[i] + ch.n;
+    if (ch.all_hidden != nullptr) {
+      if (tap) std::memcpy(ch.all_hidden, h + row0 * H, ch.n * H * sizeof(float));
+      else RmsNorm(x + row0 * H, final_norm_.data(), ch.n, H, eps, ch.all_hidden);
+    }
+    if (ch.last_hidden == nullptr) continue;
+    const int64_t last = row0 + ch.n - 1;
+    if (tap) std::memcpy(ch.last_hidden, h + last * H, H * sizeof(float));
+    else RmsNorm(x + last * H, final_norm_.data(), 1, H, eps, ch.last_hidden);
+  }
+  return Status::Ok();
+}
+
+Status Decoder::PlanStep(std::span<const SeqChunk> chunks, DecoderScratch* sc) const {
   const TextConfig& c = cfg_;
   const int64_t H = c.hidden_size, nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
-  const int64_t rd = rope_.rotary_dim(), qkv_w = (nh + 2 * nkv) * hd, I = c.intermediate_size;
+  const int64_t rd = rope_.rotary_dim(), I = c.intermediate_size;
   if (chunks.empty()) return InvalidArgument("decoder step needs at least one chunk");
-  if (chunks.size() > 1) tap = nullptr;
   // Validate everything before touching any cache, so a refused step changes nothing.
   int64_t R = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -235,117 +277,101 @@ Status Decoder::Step(std::span<const SeqChunk> chunks, ThreadPool* pool, Decoder
   std::vector<size_t>& order = sc->order;
   order.resize(chunks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return chunks[a].mode < chunks[b].mode; });
-  std::vector<int64_t> row0(chunks.size()), past(chunks.size());
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return chunks[a].mode < chunks[b].mode; });
+  sc->row0.resize(chunks.size());
+  sc->past.resize(chunks.size());
   sc->segments.clear();
   int64_t r = 0;
   for (size_t oi : order) {
     const SeqChunk& ch = chunks[oi];
     PHI4MM_RETURN_IF_ERROR(ch.cache->EnsureCapacity(ch.cache->length_ + ch.n));
     ch.cache->long_rope_ = ch.long_rope;
-    row0[oi] = r;
-    past[oi] = ch.cache->length_;
+    sc->row0[oi] = r;
+    sc->past[oi] = ch.cache->length_;
     if (!sc->segments.empty() && sc->segments.back().mode == ch.mode) sc->segments.back().end = r + ch.n;
     else sc->segments.push_back({r, r + ch.n, ch.mode});
     r += ch.n;
   }
-
-  float* x = Sized(sc->x, R * H);
-  float* h = Sized(sc->h, R * H);
-  float* qkv = Sized(sc->qkv, R * qkv_w);
-  float* q = Sized(sc->q, R * nh * hd);
-  float* attn = Sized(sc->attn, R * nh * hd);
-  float* tmp = Sized(sc->tmp, R * H);
-  float* gu = Sized(sc->gu, R * 2 * I);
-  float* act = Sized(sc->act, R * I);
-  float* kbuf = Sized(sc->kbuf, R * nkv * hd);
-  float* cos = Sized(sc->cos, R * rd);
-  float* sin = Sized(sc->sin, R * rd);
+  sc->rows = R;
+  for (auto [v, n] : {std::pair{&sc->x, R * H}, {&sc->h, R * H}, {&sc->qkv, R * (nh + 2 * nkv) * hd},
+                      {&sc->q, R * nh * hd}, {&sc->attn, R * nh * hd}, {&sc->tmp, R * H}, {&sc->gu, R * 2 * I},
+                      {&sc->act, R * I}, {&sc->kbuf, R * nkv * hd}, {&sc->cos, R * rd}, {&sc->sin, R * rd}})
+    if (v->size() < static_cast<size_t>(n)) v->resize(static_cast<size_t>(n));
+  // The step's input rows and every row's rotary cos/sin at its position.
   for (size_t i = 0; i < chunks.size(); ++i) {
     const SeqChunk& ch = chunks[i];
-    std::memcpy(x + row0[i] * H, ch.embeds, sizeof(float) * ch.n * H);
+    const int64_t row0 = sc->row0[i];
+    std::memcpy(sc->x.data() + row0 * H, ch.embeds, sizeof(float) * ch.n * H);
     for (int64_t s = 0; s < ch.n; ++s)
-      rope_.CosSin(past[i] + s, ch.long_rope, cos + (row0[i] + s) * rd, sin + (row0[i] + s) * rd);
-  }
-  if (tap) tap->Tap(tap_prefix + "embeds", x, {R, H});
-  const AttentionShape shape{nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
-  std::vector<AttentionJob>& jobs = sc->attention_jobs;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const std::span<const LoraSegment> segs(sc->segments);
-
-  // Profiling (sc->times): each lap adds the time since the previous one to a part.
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point mark = sc->times ? Clock::now() : Clock::time_point{};
-  auto lap = [&](double DecoderStepTimes::*part) {
-    if (sc->times == nullptr) return;
-    const Clock::time_point now = Clock::now();
-    sc->times->*part += std::chrono::duration<double>(now - mark).count();
-    mark = now;
-  };
-
-  for (size_t li = 0; li < layers_.size(); ++li) {
-    const DecoderLayerWeights& L = layers_[li];
-    RmsNorm(x, L.input_norm.data(), R, H, eps, h);
-    L.qkv.Forward(h, R, qkv, segs, pool, &sc->lora);
-    lap(&DecoderStepTimes::qkv);
-    jobs.clear();
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      const SeqChunk& ch = chunks[i];
-      KvCache* cache = ch.cache;
-      uint8_t* kc = cache->k_[li].data();
-      uint8_t* vc = cache->v_[li].data();
-      const int64_t hb = static_cast<int64_t>(cache->head_bytes()), plane = cache->capacity_ * hb;
-      for (int64_t s = 0; s < ch.n; ++s) {
-        const int64_t row = row0[i] + s;
-        const float* in = qkv + row * qkv_w;
-        float* qs = q + row * nh * hd;
-        float* ks = kbuf + row * nkv * hd;
-        std::memcpy(qs, in, nh * hd * sizeof(float));
-        std::memcpy(ks, in + nh * hd, nkv * hd * sizeof(float));
-        ApplyRotary(qs, nh, hd, rd, cos + row * rd, sin + row * rd);
-        ApplyRotary(ks, nkv, hd, rd, cos + row * rd, sin + row * rd);
-        const float* vs = in + (nh + nkv) * hd;
-        for (int64_t g = 0; g < nkv; ++g) {
-          StoreKvRow(cache->dtype_, ks + g * hd, 1, hd, kc + g * plane + (past[i] + s) * hb);
-          StoreKvRow(cache->dtype_, vs + g * hd, 1, hd, vc + g * plane + (past[i] + s) * hb);
-        }
-      }
-      jobs.push_back({q + row0[i] * nh * hd, KvView{kc, vc, cache->dtype_, hb, plane}, past[i], ch.n,
-                      attn + row0[i] * nh * hd});
-    }
-    // All sequences' attention in one call: the decode rows of a batch share one dispatch.
-    CausalAttention(jobs, shape, pool);
-    lap(&DecoderStepTimes::attention);
-    L.o.Forward(attn, R, tmp, segs, pool, &sc->lora);
-    for (int64_t i = 0; i < R * H; ++i) x[i] += tmp[i];
-    lap(&DecoderStepTimes::o);
-    RmsNorm(x, L.post_attn_norm.data(), R, H, eps, h);
-    L.gate_up.Forward(h, R, gu, segs, pool, &sc->lora);
-    lap(&DecoderStepTimes::gate_up);
-    SiluGateUpRows(gu, R, I, act, pool);
-    lap(&DecoderStepTimes::activation);
-    L.down.Forward(act, R, tmp, segs, pool, &sc->lora);
-    for (int64_t i = 0; i < R * H; ++i) x[i] += tmp[i];
-    lap(&DecoderStepTimes::down);
-    if (tap) tap->Tap(tap_prefix + "layer." + std::to_string(li), x, {R, H});
-  }
-  for (size_t i = 0; i < chunks.size(); ++i) chunks[i].cache->length_ = past[i] + chunks[i].n;
-  if (tap) {
-    RmsNorm(x, final_norm_.data(), R, H, eps, h);
-    tap->Tap(tap_prefix + "norm", h, {R, H});
-  }
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    if (chunks[i].all_hidden != nullptr) {
-      if (tap) std::memcpy(chunks[i].all_hidden, h + row0[i] * H, chunks[i].n * H * sizeof(float));
-      else RmsNorm(x + row0[i] * H, final_norm_.data(), chunks[i].n, H, eps, chunks[i].all_hidden);
-    }
-    if (chunks[i].last_hidden == nullptr) continue;
-    const int64_t last = row0[i] + chunks[i].n - 1;
-    if (tap) std::memcpy(chunks[i].last_hidden, h + last * H, H * sizeof(float));
-    else RmsNorm(x + last * H, final_norm_.data(), 1, H, eps, chunks[i].last_hidden);
+      rope_.CosSin(sc->past[i] + s, ch.long_rope, sc->cos.data() + (row0 + s) * rd, sc->sin.data() + (row0 + s) * rd);
   }
   return Status::Ok();
+}
+
+// One decoder layer over all rows of the step (sc->x [R, hidden], updated in place). Mirrors
+// Phi4MultimodalDecoderLayer.forward (original: Phi4MMDecoderLayer.forward), dropout being off:
+//   residual = x; x = input_layernorm(x); x = self_attn(x); x = residual + x
+//   residual = x; x = post_attention_layernorm(x); x = mlp(x); x = residual + x
+// self_attn (Phi4MultimodalAttention.forward): qkv = qkv_proj(x) [R, (nh + 2 nkv) hd]; rotary on the
+// first rotary_dim of every q and k head; k, v appended to each sequence's cache; causal GQA
+// attention per sequence; o_proj. mlp (Phi4MultimodalMLP.forward): gate, up = gate_up_proj(x).chunk(2);
+// down_proj(up * silu(gate)). Every projection adds the LoRA of each row's mode (LoraLinear segments).
+void Decoder::Layer(size_t li, std::span<const SeqChunk> chunks, ThreadPool* pool, DecoderScratch* sc,
+                    StepClock& clock) const {
+  const TextConfig& c = cfg_;
+  const int64_t H = c.hidden_size, nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
+  const int64_t rd = rope_.rotary_dim(), qkv_w = (nh + 2 * nkv) * hd, I = c.intermediate_size, R = sc->rows;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const std::span<const LoraSegment> segs(sc->segments);
+  const DecoderLayerWeights& L = layers_[li];
+  float *x = sc->x.data(), *h = sc->h.data(), *qkv = sc->qkv.data(), *q = sc->q.data(), *attn = sc->attn.data();
+  float *tmp = sc->tmp.data(), *kbuf = sc->kbuf.data();
+  const float *cos = sc->cos.data(), *sin = sc->sin.data();
+
+  RmsNorm(x, L.input_norm.data(), R, H, eps, h);
+  L.qkv.Forward(h, R, qkv, segs, pool, &sc->lora);
+  clock.Lap(&DecoderStepTimes::qkv);
+  std::vector<AttentionJob>& jobs = sc->attention_jobs;
+  jobs.clear();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SeqChunk& ch = chunks[i];
+    KvCache* cache = ch.cache;
+    const int64_t row0 = sc->row0[i], past = sc->past[i];
+    uint8_t* kc = cache->k_[li].data();
+    uint8_t* vc = cache->v_[li].data();
+    const int64_t hb = static_cast<int64_t>(cache->head_bytes()), plane = cache->capacity_ * hb;
+    for (int64_t s = 0; s < ch.n; ++s) {
+      const int64_t row = row0 + s;
+      const float* in = qkv + row * qkv_w;
+      float* qs = q + row * nh * hd;
+      float* ks = kbuf + row * nkv * hd;
+      std::memcpy(qs, in, nh * hd * sizeof(float));
+      std::memcpy(ks, in + nh * hd, nkv * hd * sizeof(float));
+      ApplyRotary(qs, nh, hd, rd, cos + row * rd, sin + row * rd);
+      ApplyRotary(ks, nkv, hd, rd, cos + row * rd, sin + row * rd);
+      const float* vs = in + (nh + nkv) * hd;
+      for (int64_t g = 0; g < nkv; ++g) {
+        StoreKvRow(cache->dtype_, ks + g * hd, 1, hd, kc + g * plane + (past + s) * hb);
+        StoreKvRow(cache->dtype_, vs + g * hd, 1, hd, vc + g * plane + (past + s) * hb);
+      }
+    }
+    jobs.push_back({q + row0 * nh * hd, KvView{kc, vc, cache->dtype_, hb, plane}, past, ch.n, attn + row0 * nh * hd});
+  }
+  // All sequences' attention in one call: the decode rows of a batch share one dispatch.
+  const AttentionShape shape{nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+  CausalAttention(jobs, shape, pool);
+  clock.Lap(&DecoderStepTimes::attention);
+  L.o.Forward(attn, R, tmp, segs, pool, &sc->lora);
+  for (int64_t i = 0; i < R * H; ++i) x[i] += tmp[i];
+  clock.Lap(&DecoderStepTimes::o);
+  RmsNorm(x, L.post_attn_norm.data(), R, H, eps, h);
+  L.gate_up.Forward(h, R, sc->gu.data(), segs, pool, &sc->lora);
+  clock.Lap(&DecoderStepTimes::gate_up);
+  SiluGateUpRows(sc->gu.data(), R, I, sc->act.data(), pool);
+  clock.Lap(&DecoderStepTimes::activation);
+  L.down.Forward(sc->act.data(), R, tmp, segs, pool, &sc->lora);
+  for (int64_t i = 0; i < R * H; ++i) x[i] += tmp[i];
+  clock.Lap(&DecoderStepTimes::down);
 }
 
 void Decoder::LogitsRows(const float* hidden, int64_t n, float* logits, ThreadPool* pool) const {

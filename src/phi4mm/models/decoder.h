@@ -119,6 +119,8 @@ struct DecoderStepTimes {
 struct DecoderScratch {
   std::vector<float> x, h, qkv, q, attn, tmp, gu, act, kbuf, cos, sin, lora;
   std::vector<size_t> order;
+  std::vector<int64_t> row0, past;  // per chunk: its first row in the step, its cache length before
+  int64_t rows = 0;                 // rows of the step
   std::vector<LoraSegment> segments;
   std::vector<AttentionJob> attention_jobs;  // one per sequence of the step, for each layer
   DecoderStepTimes* times = nullptr;  // when set, Step adds the wall time of its parts to it
@@ -169,7 +171,12 @@ class Decoder {
   void Logits(const float* hidden, float* logits, ThreadPool* pool) const;
 
  private:
+  class StepClock;
   Decoder(const TextConfig& cfg) : cfg_(cfg), rope_(cfg) {}
+  // Step = PlanStep (validate, order the rows by LoRA mode, lay out the scratch, inputs and rotary
+  // tables), one Layer per decoder layer, then the final norm of the rows asked for.
+  Status PlanStep(std::span<const SeqChunk> chunks, DecoderScratch* sc) const;
+  void Layer(size_t li, std::span<const SeqChunk> chunks, ThreadPool* pool, DecoderScratch* sc, StepClock& clock) const;
   TextConfig cfg_;
   RotaryTables rope_;
   KvDType kv_dtype_ = KvDType::kF32;

@@ -16,7 +16,9 @@ class RotaryTables {
  public:
   explicit RotaryTables(const TextConfig& cfg);
   int64_t rotary_dim() const { return rotary_dim_; }
-  // Whether a forward pass whose last position is `seq_len - 1` uses the long factors.
+  // Whether a forward pass whose last position is `seq_len - 1` uses the long factors: the one
+  // LongRoPE switch, asked by sessions, the engine's policy and perplexity alike (a cache built
+  // with the other table is recomputed, reference-deviations.md).
   bool UseLong(int64_t seq_len) const;
   // cos/sin[rotary_dim] for position `pos` (the frequency half repeated twice), times the
   // attention factor, float32 exactly as HF computes them.

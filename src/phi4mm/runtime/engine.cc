@@ -154,25 +154,14 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   for (ProcessedImage& pi : seq->prompt.images)
     seq->images.push_back(std::make_shared<const ProcessedImage>(std::move(pi)));
   seq->prompt.images.clear();
-  seq->image_feat.resize(seq->images.size());
-  seq->audio_feat.resize(seq->prompt.audios.size());
-  seq->media_ref.resize(static_cast<size_t>(n));
+  const auto& pc = seq->prompt.count;
+  seq->media.Append(seq->prompt.ids, std::vector<MediaRows::Features>(seq->images.size()), pc.image_tokens,
+                    std::vector<MediaRows::Features>(seq->prompt.audios.size()), pc.audio_tokens);
   seq->keys.resize(static_cast<size_t>(n));
-  int32_t img = 0, img_row = 0, aud = 0, aud_row = 0;
-  const auto& ic = seq->prompt.count.image_tokens;
-  const auto& ac = seq->prompt.count.audio_tokens;
   for (int64_t p = 0; p < n; ++p) {
-    const int32_t id = seq->prompt.ids[p];
-    seq->keys[p] = static_cast<uint32_t>(id);
-    if (id == kImageTokenId && img < static_cast<int32_t>(ic.size())) {
-      seq->media_ref[p] = {1, img, img_row};
-      seq->keys[p] = MediaRowKey(seq->image_keys[img], img_row);
-      if (++img_row == ic[img]) ++img, img_row = 0;
-    } else if (id == kAudioTokenId && aud < static_cast<int32_t>(ac.size())) {
-      seq->media_ref[p] = {2, aud, aud_row};
-      seq->keys[p] = MediaRowKey(seq->audio_keys[aud], aud_row);
-      if (++aud_row == ac[aud]) ++aud, aud_row = 0;
-    }
+    const MediaRows::Ref& r = seq->media.at[p];
+    seq->keys[p] = r.kind == MediaRows::kToken ? static_cast<uint32_t>(seq->prompt.ids[p])
+                   : MediaRowKey(r.kind == MediaRows::kImage ? seq->image_keys[r.index] : seq->audio_keys[r.index], r.row);
   }
   request.media = MediaInputs{};  // decoded pixels and samples are no longer needed
   seq->tokens = seq->prompt.ids;

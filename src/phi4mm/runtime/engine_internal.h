@@ -13,6 +13,7 @@
 #include "phi4mm/runtime/sequence.h"
 #include "phi4mm/runtime/engine.h"
 #include "phi4mm/runtime/kv_swap.h"
+#include "phi4mm/runtime/schedule.h"
 
 namespace phi4mm {
 
@@ -43,22 +44,15 @@ struct RequestHandle::Shared {
 };
 
 namespace engine_internal {
-enum class Phase { kQueued, kEncoding, kPrefilling, kDecoding };
+using schedule::Phase;
 
-// Which media row feeds a prompt position: kind 1 = image, 2 = audio; index; row in its features.
-struct MediaRef {
-  int8_t kind = 0;
-  int32_t index = 0;
-  int32_t row = 0;
-};
 struct Seq {
   std::shared_ptr<RequestHandle::Shared> shared;
   EngineRequest req;
   PreprocessedPrompt prompt;
   std::vector<std::shared_ptr<const ProcessedImage>> images;
   std::vector<Digest> image_keys, audio_keys;
-  std::vector<MediaCache::Features> image_feat, audio_feat;
-  std::vector<MediaRef> media_ref;  // per prompt position
+  MediaRows media;                  // features per item (null until encoded or found), rows per position
   std::vector<uint64_t> keys;       // per prompt position (prefix cache)
   std::vector<int32_t> tokens;      // prompt + generated
   int64_t positions = 0;            // KV positions reserved now (the cache's room)
@@ -70,13 +64,13 @@ struct Seq {
   KvReservation reservation;
   bool long_rope = false;
   // Encoder work still to do for this request: (kind, index) in order, and the running job.
-  std::deque<std::pair<int8_t, int32_t>> to_encode;
+  std::deque<std::pair<MediaRows::Kind, int32_t>> to_encode;
   std::variant<std::monostate, VisionEncodeJob, SpeechEncodeJob> job;
   double job_seconds = 0;  // engine-thread time the running job's slices took so far
   std::optional<Sequence> answer;  // the answer's token loop: sampler, constraint, stops, text
   RequestResult result;           // result.generation is filled from `answer` when the request ends
   Clock::time_point submitted, admitted, first_token;
-  Clock::time_point readmitted;  // the latest admission (preemption takes the latest first)
+  int64_t admission = 0;  // the latest admission's number (preemption takes the latest first)
   bool has_first_token = false;
   bool finished = false;
 };
@@ -102,6 +96,7 @@ struct State {
   std::vector<std::unique_ptr<Seq>> running;
   DecoderScratch scratch;
   std::vector<float> embeds, hidden, logits;
+  int64_t admissions = 0;
   // While a step delivers its tokens, the requests it completes are told so only after the step's
   // counters are in (so a caller that waits for its answers and then reads stats() sees the step).
   bool defer_done = false;

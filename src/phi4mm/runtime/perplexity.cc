@@ -225,7 +225,7 @@ Result<PerplexityResult> EvaluatePerplexity(const Model& model, std::span<const 
     PHI4MM_RETURN_IF_ERROR(WriteAll(out.get(), ids.data(), sizeof(int32_t) * chunks * ctx, opts.save_path));
   }
 
-  const bool long_rope = ctx > dec.config().original_max_position_embeddings;
+  const bool long_rope = dec.rotary().UseLong(ctx);
   constexpr int64_t kBlock = 16;  // lm_head rows per pass: bounds the logits buffer to 16 x vocab floats
   std::vector<float> embeds(ctx * H), hidden(ctx * H), logits(kBlock * V);
   DecoderScratch scratch;

@@ -89,10 +89,9 @@ void ReleaseDone(State& st) {
 // Not before every item has its features: one whose rows came from the prefix cache may have to be
 // encoded after all (the LongRoPE switch recomputes the whole sequence).
 void ReleaseMediaInputs(Seq& s) {
-  for (const auto& f : s.image_feat)
-    if (!f) return;
-  for (const auto& f : s.audio_feat)
-    if (!f) return;
+  for (const auto* items : {&s.media.image, &s.media.audio})
+    for (const auto& f : *items)
+      if (!f) return;
   for (auto& im : s.images) im.reset();
   for (AudioFeatures& a : s.prompt.audios) a = AudioFeatures{};
   s.req.media_hold.reset();
@@ -102,39 +101,52 @@ void ReleaseMediaInputs(Seq& s) {
 // unless the media cache has them.
 void PlanEncoding(State& st, Seq& s, int64_t from) {
   s.to_encode.clear();
-  const int64_t n = static_cast<int64_t>(s.media_ref.size());
+  const int64_t n = static_cast<int64_t>(s.media.at.size());
   for (int64_t p = std::max<int64_t>(0, from); p < n; ++p) {
-    const MediaRef& r = s.media_ref[p];
-    if (r.kind == 0) continue;
-    auto& feat = r.kind == 1 ? s.image_feat[r.index] : s.audio_feat[r.index];
+    const MediaRows::Ref& r = s.media.at[p];
+    if (r.kind == MediaRows::kToken) continue;
+    auto& feat = (r.kind == MediaRows::kImage ? s.media.image : s.media.audio)[r.index];
     if (feat) continue;
-    const std::pair<int8_t, int32_t> item{r.kind, r.index};
+    const std::pair<MediaRows::Kind, int32_t> item{r.kind, r.index};
     if (std::find(s.to_encode.begin(), s.to_encode.end(), item) != s.to_encode.end()) continue;
-    feat = st.media.Find(r.kind == 1 ? s.image_keys[r.index] : s.audio_keys[r.index]);
+    feat = st.media.Find(r.kind == MediaRows::kImage ? s.image_keys[r.index] : s.audio_keys[r.index]);
     if (!feat) s.to_encode.push_back(item);
   }
   s.phase = s.to_encode.empty() ? Phase::kPrefilling : Phase::kEncoding;
   if (s.to_encode.empty()) ReleaseMediaInputs(s);
 }
 
-// The positions a request reserves when it is admitted: what its cache will hold once its rows so
-// far are in (the prompt, or everything up to a preemption) and the next block, within its worst case.
-int64_t AdmitPositions(const EngineOptions& o, const Seq& s) {
-  const int64_t need = static_cast<int64_t>(s.tokens.size()) + 1;
-  return std::min(s.max_positions, (need + o.kv_block - 1) / o.kv_block * o.kv_block);
+// What the policy (schedule.h) sees of a request, and of the engine.
+schedule::Request Describe(const Decoder& dec, const Seq& s) {
+  schedule::Request r;
+  r.phase = s.finished ? Phase::kFinished : s.phase;
+  r.tokens = static_cast<int64_t>(s.tokens.size());
+  r.cached = s.cache.length();
+  r.positions = s.finished ? 0 : s.positions;
+  r.max_positions = s.max_positions;
+  r.long_rope = s.long_rope;
+  r.wants_long_rope = dec.rotary().UseLong(r.tokens);
+  r.may_start = !s.req.prompt_share || s.req.share_leader || s.req.prompt_share->published || s.preemptions > 0;
+  r.admission = s.admission;
+  return r;
+}
+template <class Seqs>
+std::vector<schedule::Request> Describe(const Model& m, const Seqs& seqs, size_t most = SIZE_MAX) {
+  std::vector<schedule::Request> v;
+  for (size_t i = 0; i < seqs.size() && i < most; ++i) v.push_back(Describe(m.decoder(), *seqs[i]));
+  return v;
+}
+schedule::Limits Limits(const Model& m, const EngineOptions& o, const State& st) {
+  const Decoder& dec = m.decoder();
+  return {o.max_running, o.prefill_chunk, o.kv_block, dec.kv_bytes_per_token(), st.budget.limit(), st.budget.reserved()};
 }
 
-// Admits the request if the KV it needs now fits with a block to spare (so that a running request
-// can grow once before anything must be preempted; the newcomer, the youngest, is the first to go
-// if the budget then runs out). A preempted request comes back with its cache read from swap, or
-// empty to be recomputed.
-bool Admit(const Model& m, const EngineOptions& o, State& st, Seq& s) {
+// Admits the request with `positions` reserved (schedule::Admit chose it). A preempted request comes
+// back with its cache read from swap, or empty to be recomputed.
+bool Admit(const Model& m, State& st, Seq& s, int64_t positions) {
   const Decoder& dec = m.decoder();
-  const int64_t positions = AdmitPositions(o, s);
   const int64_t bytes = positions * dec.kv_bytes_per_token();
-  const int64_t spare = o.kv_block * dec.kv_bytes_per_token();
-  if (bytes + spare > st.budget.limit() - st.budget.reserved() && !st.running.empty()) return false;
-  if (!st.budget.TryReserve(bytes)) return false;
+  if (!st.budget.TryReserve(bytes)) return false;  // cannot happen: the policy counted the same budget
   s.reservation = KvReservation(&st.budget, bytes);
   s.positions = positions;
   s.cache = dec.NewCache();
@@ -155,7 +167,7 @@ bool Admit(const Model& m, const EngineOptions& o, State& st, Seq& s) {
     s.admitted = Clock::now();
     s.result.queue_seconds = Seconds(s.submitted, s.admitted);
   }
-  s.readmitted = Clock::now();
+  s.admission = ++st.admissions;
   PlanEncoding(st, s, s.cache.length());
   return true;
 }
@@ -183,41 +195,19 @@ void Preempt(State& st, std::unique_ptr<Seq> sp) {
   st.waiting.push_front(std::move(sp));
 }
 
-// Gives every decoding request room for its next row: a block more where its cache is full,
-// preempting the youngest running request (perhaps the one growing) while the budget has no room.
+// Gives every decoding request room for its next row, preempting as schedule::MakeRoom says.
 void MakeRoomToDecode(const Model& m, const EngineOptions& o, State& st) {
   const int64_t per_token = m.decoder().kv_bytes_per_token();
-  for (size_t i = 0; i < st.running.size(); ++i) {
-    Seq& s = *st.running[i];
-    if (s.finished || s.phase != Phase::kDecoding) continue;
-    const int64_t need = static_cast<int64_t>(s.tokens.size());  // positions once this row is in
-    if (need <= s.positions) continue;
-    const int64_t grown = std::min(s.max_positions, s.positions + o.kv_block);
-    for (;;) {
-      if (s.reservation.TryGrow((grown - s.positions) * per_token)) {
-        s.cache.Grow(grown);
-        s.positions = grown;
-        break;
-      }
-      // The youngest running request that holds KV makes room.
-      size_t victim = st.running.size();
-      for (size_t k = 0; k < st.running.size(); ++k) {
-        const Seq& c = *st.running[k];
-        if (c.finished || c.reservation.bytes() == 0) continue;
-        if (victim == st.running.size() || c.readmitted > st.running[victim]->readmitted) victim = k;
-      }
-      if (victim == st.running.size()) break;  // nothing to take from: cannot happen, Submit checks
-      std::unique_ptr<Seq> v = std::move(st.running[victim]);
-      st.running.erase(st.running.begin() + static_cast<std::ptrdiff_t>(victim));
-      const bool self = v.get() == &s;
-      Preempt(st, std::move(v));
-      if (self) {
-        --i;  // the request at i moved out; the next one took its place
-        break;
-      }
-      if (victim < i) --i;
+  for (const schedule::RoomAction& a : schedule::MakeRoom(Describe(m, st.running), Limits(m, o, st))) {
+    Seq& s = *st.running[a.index];
+    if (a.preempt) {
+      Preempt(st, std::move(st.running[a.index]));
+    } else if (s.reservation.TryGrow((a.positions - s.positions) * per_token)) {
+      s.cache.Grow(a.positions);
+      s.positions = a.positions;
     }
   }
+  std::erase(st.running, nullptr);
 }
 
 // One slice of encoder work for the first request that needs it; false when none does.
@@ -237,9 +227,8 @@ Result<MediaCache::Features> FinishEncode(const Model& m, State& st, Job& job, c
 }
 
 bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
-  for (auto& sp : st.running) {
-    Seq& s = *sp;
-    if (s.finished || s.phase != Phase::kEncoding) continue;
+  for (size_t i; (i = schedule::NextToEncode(Describe(m, st.running))) < st.running.size();) {
+    Seq& s = *st.running[i];
     if (s.to_encode.empty()) {
       s.phase = Phase::kPrefilling;
       continue;
@@ -251,7 +240,7 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
     const auto [kind, idx] = s.to_encode.front();
     const Clock::time_point slice_start = Clock::now();
     MediaCache::Features done;
-    if (kind == 1) {
+    if (kind == MediaRows::kImage) {
       const std::string what = "image " + std::to_string(idx + 1);
       if (!std::holds_alternative<VisionEncodeJob>(s.job)) {
         auto vision = m.vision();
@@ -270,7 +259,7 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
       if (job.encoded()) {
         auto f = FinishEncode(m, st, job, s.image_keys[idx], s.result.images_encoded, st.counters.images_encoded);
         if (!f.ok()) return fail(f.status(), what);
-        done = s.image_feat[idx] = *f;
+        done = s.media.image[idx] = *f;
       }
     } else {
       const std::string what = "audio " + std::to_string(idx + 1);
@@ -293,12 +282,12 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
       if (job.encoded()) {
         auto f = FinishEncode(m, st, job, s.audio_keys[idx], s.result.audios_encoded, st.counters.audios_encoded);
         if (!f.ok()) return fail(f.status(), what);
-        done = s.audio_feat[idx] = *f;
+        done = s.media.audio[idx] = *f;
       }
     }
     s.job_seconds += Seconds(slice_start, Clock::now());
     if (done) {
-      (kind == 1 ? s.result.image_encode_seconds : s.result.audio_encode_seconds).push_back(s.job_seconds);
+      (kind == MediaRows::kImage ? s.result.image_encode_seconds : s.result.audio_encode_seconds).push_back(s.job_seconds);
       s.job_seconds = 0;
       s.job = std::monostate();
       s.to_encode.pop_front();
@@ -337,38 +326,24 @@ void OnLogits(State& st, Seq& s, float* logits, int64_t vocab) {
 bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   const Decoder& dec = m.decoder();
   const int64_t H = dec.config().hidden_size;
+  const schedule::StepPlan plan = schedule::PlanStep(Describe(m, st.running), Limits(m, o, st));
+  for (size_t i : plan.long_rope_restart) {
+    // The sequence passed original_max_position_embeddings: recompute it with the long table, as
+    // Session does (reference-deviations.md), media rows included.
+    Seq& s = *st.running[i];
+    s.cache.Clear();
+    s.long_rope = true;
+    PlanEncoding(st, s, 0);
+  }
+  if (plan.rows.empty()) return !plan.long_rope_restart.empty();
   struct Rows {
     Seq* s;
     int64_t n;
     bool logits;
   };
   std::vector<Rows> rows;
-  for (auto& sp : st.running) {
-    Seq& s = *sp;
-    if (s.finished || s.phase != Phase::kDecoding) continue;
-    const int64_t total = static_cast<int64_t>(s.tokens.size());
-    if (!s.long_rope && dec.rotary().UseLong(total)) {
-      // The sequence passes original_max_position_embeddings: recompute it with the long table, as
-      // Session does (reference-deviations.md), media rows included.
-      s.cache.Clear();
-      s.long_rope = true;
-      PlanEncoding(st, s, 0);
-      continue;
-    }
-    rows.push_back({&s, 1, true});
-  }
-  int64_t budget = o.prefill_chunk, prefill = 0;
-  for (auto& sp : st.running) {
-    Seq& s = *sp;
-    if (budget <= 0) break;
-    if (s.finished || s.phase != Phase::kPrefilling) continue;
-    const int64_t left = static_cast<int64_t>(s.tokens.size()) - s.cache.length();
-    const int64_t n = std::min(budget, left);
-    rows.push_back({&s, n, n == left});
-    budget -= n;
-    prefill += n;
-  }
-  if (rows.empty()) return false;
+  for (const schedule::StepRows& r : plan.rows) rows.push_back({st.running[r.index].get(), r.n, r.logits});
+  const int64_t prefill = plan.prefill_rows;
 
   int64_t R = 0, with_logits = 0;
   for (const Rows& r : rows) {
@@ -384,14 +359,7 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   for (const Rows& r : rows) {
     Seq& s = *r.s;
     const int64_t start = s.cache.length();
-    overrides.assign(static_cast<size_t>(r.n), nullptr);
-    for (int64_t p = start; p < start + r.n; ++p) {
-      if (p >= static_cast<int64_t>(s.media_ref.size())) break;
-      const MediaRef& ref = s.media_ref[p];
-      if (ref.kind == 0) continue;
-      const auto& feat = ref.kind == 1 ? s.image_feat[ref.index] : s.audio_feat[ref.index];
-      overrides[p - start] = feat->data() + static_cast<int64_t>(ref.row) * H;
-    }
+    s.media.Overrides(start, r.n, H, &overrides);
     float* e = st.embeds.data() + off * H;
     if (Status es = m.embedding().EmbedRows(std::span(s.tokens).subspan(start, r.n), overrides, e); !es.ok()) {
       Complete(st, s, FinishReason::kCancelled, es);
@@ -482,14 +450,11 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
       st.nudged = false;
     }
     Reap(st, st.waiting, st.running);
-    // Admission in arrival order (the oldest waiting request is never overtaken; a preempted one
-    // waits at the head).
-    // A choice that shares a prompt waits for its leader to publish it.
-    auto may_start = [](const Seq& s) {
-      return !s.req.prompt_share || s.req.share_leader || s.req.prompt_share->published || s.preemptions > 0;
-    };
-    while (!st.waiting.empty() && static_cast<int64_t>(st.running.size()) < o.max_running &&
-           may_start(*st.waiting.front()) && Admit(m, o, st, *st.waiting.front())) {
+    // Admission (schedule::Admit): a preempted request waits at the head, a choice that shares a
+    // prompt waits for its leader to publish it.
+    const auto room = static_cast<size_t>(std::max<int64_t>(0, o.max_running - static_cast<int64_t>(st.running.size())));
+    for (int64_t positions : schedule::Admit(Describe(m, st.waiting, room), st.running.size(), Limits(m, o, st))) {
+      if (!Admit(m, st, *st.waiting.front(), positions)) break;
       st.running.push_back(std::move(st.waiting.front()));
       st.waiting.pop_front();
       std::lock_guard<std::mutex> l(st.mu);

@@ -38,8 +38,7 @@ Session::Session(std::shared_ptr<const Model> model)
 
 void Session::Reset() {
   tokens_.clear();
-  media_rows_.clear();
-  media_row_.clear();
+  media_.Clear();
   cache_.Clear();
   logits_.clear();
   mode_ = LoraMode::kNone;
@@ -48,7 +47,7 @@ void Session::Reset() {
 void Session::Truncate(size_t n) {
   if (n < tokens_.size()) {
     tokens_.resize(n);
-    media_row_.resize(n);
+    media_.at.resize(n);
   }
   cache_.Truncate(static_cast<int64_t>(n));
   logits_.clear();
@@ -74,9 +73,7 @@ Status Session::Sync(LoraMode mode, const std::string& tap_prefix) {
     const int64_t n = std::min(chunk, total - c0);
     // Placeholder positions of a prompt take their media rows; everything else (including a
     // placeholder id the model itself generated) takes its token embedding, as in the reference.
-    overrides.assign(static_cast<size_t>(n), nullptr);
-    for (int64_t p = c0; p < c0 + n; ++p)
-      if (media_row_[p] >= 0) overrides[p - c0] = media_rows_.data() + media_row_[p] * H;
+    media_.Overrides(c0, n, H, &overrides);
     PHI4MM_RETURN_IF_ERROR(
         model_->embedding().EmbedRows(std::span(tokens_).subspan(c0, n), overrides, embeds.data()));
     const SeqChunk ch{embeds.data(), n, &cache_, mode, long_rope, hidden.data()};
@@ -113,26 +110,20 @@ Status Session::Append(std::span<const int32_t> ids, LoraMode mode, const MediaF
     return InvalidArgument("the prompt has " + std::to_string(n_img) + " image and " + std::to_string(n_aud) +
                            " audio placeholder tokens but features for " + std::to_string(have_img) + " and " +
                            std::to_string(have_aud) + " were given");
-  const size_t before = tokens_.size();
-  const size_t rows_before = media_rows_.size();
+  const size_t before = tokens_.size(), images_before = media_.image.size(), audios_before = media_.audio.size();
   tokens_.insert(tokens_.end(), ids.begin(), ids.end());
-  size_t ki = 0, ka = 0;
-  for (int32_t id : ids) {
-    const std::vector<float>* src = nullptr;
-    size_t row = 0;
-    if (id == kImageTokenId) src = &media->image, row = ki++;
-    else if (id == kAudioTokenId) src = &media->audio, row = ka++;
-    if (src == nullptr) {
-      media_row_.push_back(-1);
-      continue;
-    }
-    media_row_.push_back(static_cast<int64_t>(media_rows_.size() / H));
-    media_rows_.insert(media_rows_.end(), src->begin() + row * H, src->begin() + (row + 1) * H);
-  }
+  // One image item and one audio item hold this append's rows.
+  std::vector<MediaRows::Features> images, audios;
+  if (n_img > 0) images.push_back(std::make_shared<const std::vector<float>>(media->image));
+  if (n_aud > 0) audios.push_back(std::make_shared<const std::vector<float>>(media->audio));
+  const int64_t image_rows[1] = {static_cast<int64_t>(n_img)}, audio_rows[1] = {static_cast<int64_t>(n_aud)};
+  media_.Append(ids, std::move(images), std::span(image_rows, n_img > 0 ? 1 : 0), std::move(audios),
+                std::span(audio_rows, n_aud > 0 ? 1 : 0));
   Status st = Sync(mode, "prefill.");
   if (!st.ok()) {
     Truncate(before);
-    media_rows_.resize(rows_before);
+    media_.image.resize(images_before);
+    media_.audio.resize(audios_before);
   }
   return st;
 }
@@ -152,7 +143,7 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
   Sequence seq(*model_, opts, tokens_.size());
   for (int64_t step = 1;; ++step) {
     Sequence::Step st = seq.Next(std::span(logits_), &tokens_);
-    if (st.token >= 0) media_row_.push_back(-1);
+    if (st.token >= 0) media_.at.emplace_back();
     if (!st.error.ok()) return st.error;
     if (st.stream && !st.text.empty() && on_text && !on_text(st.text)) st.finish = FinishReason::kCancelled;
     if (st.finish) {

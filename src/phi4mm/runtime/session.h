@@ -16,6 +16,7 @@
 
 #include "phi4mm/base/tensor_tap.h"
 #include "phi4mm/models/lora_mode.h"
+#include "phi4mm/runtime/media_rows.h"
 #include "phi4mm/runtime/model.h"
 #include "phi4mm/runtime/output_constraint.h"
 #include "phi4mm/runtime/sampler.h"
@@ -94,9 +95,8 @@ class Session {
   LoraMode mode_ = LoraMode::kNone;
   std::vector<int32_t> tokens_;
   // Media rows of the sequence, kept so that a recompute (LoRA mode or rotary switch) can rebuild
-  // the input embeddings: media_row_[p] indexes media_rows_ (hidden floats per row) or is -1.
-  std::vector<float> media_rows_;
-  std::vector<int64_t> media_row_;
+  // the input embeddings.
+  MediaRows media_;
   std::vector<float> logits_;
   TensorTap* tap_ = nullptr;
   int64_t prefill_chunk_ = 512;
