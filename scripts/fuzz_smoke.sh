@@ -26,21 +26,34 @@ export LSAN_OPTIONS="suppressions=$root/fuzz/lsan.supp:print_suppressions=0${LSA
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$build/artifacts"
-failed=()
-for target in "${targets[@]}"; do
-  exe="$build/fuzz/$target"
-  corpus="$work/${target%_fuzz}"
+# Each target is one single-threaded process: FUZZ_JOBS of them (default: one per core) run at once.
+jobs="${FUZZ_JOBS:-$(nproc)}"
+run_target() {
+  local target=$1 exe="$build/fuzz/$1" corpus="$work/${1%_fuzz}" log="$work/$1.log"
   mkdir -p "$corpus"
   if [ -d "$root/fuzz/corpus/${target%_fuzz}" ]; then cp -r "$root/fuzz/corpus/${target%_fuzz}/." "$corpus/"; fi
-  echo "=== $target: ${secs}s on $(find "$corpus" -type f | wc -l) seed file(s)"
-  log="$work/$target.log"
+  echo "=== $target: ${secs}s on $(find "$corpus" -type f | wc -l) seed file(s)" >"$work/$target.head"
   # A fixed seed (FUZZ_SEED, default 1) keeps CI reproducible; run with another seed to explore.
   if (cd "$root" && "$exe" -seed="${FUZZ_SEED:-1}" -max_total_time="$secs" -timeout=25 -rss_limit_mb=4096 -print_final_stats=1 \
         -artifact_prefix="$build/artifacts/$target-" "$corpus") >"$log" 2>&1; then
-    grep -E '^stat::number_of_executed_units|Done [0-9]+ runs' "$log" | tail -n 2 || true
+    echo ok >"$work/$target.status"
+  else
+    echo failed >"$work/$target.status"
+  fi
+}
+for target in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  run_target "$target" &
+done
+wait
+failed=()
+for target in "${targets[@]}"; do
+  cat "$work/$target.head"
+  if [ "$(cat "$work/$target.status" 2>/dev/null)" = ok ]; then
+    grep -E '^stat::number_of_executed_units|Done [0-9]+ runs' "$work/$target.log" | tail -n 2 || true
   else
     echo "!!! $target failed; last lines of its log:"
-    tail -n 60 "$log"
+    tail -n 60 "$work/$target.log"
     failed+=("$target")
   fi
 done
