@@ -75,9 +75,9 @@ qa=(qemu-aarch64 /lib/ld-linux-aarch64.so.1)
 if [[ $stages == *" 3 "* || $stages == *" 4 "* ]]; then
   echo "== portability 3: aarch64 cross build (phi4mm_cli, phi4mm_tests) =="
   SECONDS=0
-  cmake -S . -B build-aarch64 -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHI4MM_WERROR=ON \
-    -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake "-DPHI4MM_TEST_SUBSET=$arm_test_files" \
-    -DPHI4MM_GRAMMAR=OFF  # setup.sh builds XGrammar for the host only
+  # CMakePresets.json "aarch64": the cross toolchain, -Werror, PHI4MM_GRAMMAR=OFF (setup.sh builds
+  # XGrammar for the host only).
+  cmake --preset aarch64 "-DPHI4MM_TEST_SUBSET=$arm_test_files"
   cmake --build build-aarch64 -j "$jobs" --target phi4mm_cli phi4mm_tests
   echo "aarch64 build: ${SECONDS} s"
 fi

@@ -20,12 +20,13 @@ fi
 # package, so its source package on PyPI is fetched at a pinned version, checked by hash, and built
 # as a static library outside the repository (under PHI4MM_DEPS, default ~/.cache/phi4mm-deps;
 # CMake looks there too). Its Python bindings are off, its warnings are routed to phi4mm
-# (XGRAMMAR_LOG_CUSTOMIZE: the library never prints), and LTO is off so gcc and clang trees both link it.
+# (XGRAMMAR_LOG_CUSTOMIZE: the library never prints), LTO is off so gcc and clang trees both link it,
+# and it is position-independent so the shared libphi4mm (what `cmake --install` lays out) can hold it.
 xg_version=0.2.9
 xg_sha256=87b466bca2475e29bb0323abc62c6c33cbcbcff47e5fb800a3e2099ac9620b90
 xg_url=https://files.pythonhosted.org/packages/3a/2f/5bf8e8fa6619cff534932f79b0abc81a417d354bc5093252c1a6081d0a93/xgrammar-${xg_version}.tar.gz
 deps="${PHI4MM_DEPS:-${HOME}/.cache/phi4mm-deps}"
-xg_prefix="$deps/xgrammar-$xg_version"
+xg_prefix="$deps/xgrammar-$xg_version-pic"
 if [ ! -f "$xg_prefix/lib/libxgrammar.a" ]; then
   mkdir -p "$deps"
   work="$(mktemp -d "$deps/xgrammar-build.XXXXXX")"
@@ -36,7 +37,8 @@ if [ ! -f "$xg_prefix/lib/libxgrammar.a" ]; then
   mkdir -p "$work/build"
   printf 'set(XGRAMMAR_BUILD_PYTHON_BINDINGS OFF)\nset(XGRAMMAR_BUILD_CXX_TESTS OFF)\n' > "$work/build/config.cmake"
   cmake -S "$work/xgrammar-$xg_version" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    "-DCMAKE_CXX_FLAGS=-fno-lto -DXGRAMMAR_LOG_CUSTOMIZE=1" -DCMAKE_INSTALL_PREFIX="$xg_prefix" >/dev/null
+    "-DCMAKE_CXX_FLAGS=-fno-lto -DXGRAMMAR_LOG_CUSTOMIZE=1" -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+    -DCMAKE_INSTALL_PREFIX="$xg_prefix" >/dev/null
   cmake --build "$work/build" -j "$(nproc)"
   cmake --install "$work/build" >/dev/null
   echo "XGrammar $xg_version installed in $xg_prefix"

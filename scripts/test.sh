@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHI4MM_WERROR=ON
-cmake --build build -j "$(nproc)"
-ctest --test-dir build --output-on-failure -j "$(nproc)"
+cmake --preset release  # CMakePresets.json: build/, Ninja, Release, -Werror
+cmake --build --preset release -j "$(nproc)"
+ctest --preset release -j "$(nproc)"
