@@ -183,6 +183,11 @@ TEST(CliErrors, BadIdsAndExportFlags) {
   ExpectCliError(RunCli({"export", "-m", Orig(), "-o", out, "--lora", "merged"}), {"--lora", "'merged'"});
   ExpectCliError(RunCli({"export", "-m", Orig(), "-o", out, "--target", "tpu"}), {"--target", "'tpu'"});
   ExpectCliError(RunCli({"export", "-m", Orig() + "/nope", "-o", out}), {"nope"});
+  // The tiny fixture's head size (8) is one ONNX Runtime's GroupQueryAttention cannot run: refused
+  // before anything is written, unless asked for.
+  const std::string unrunnable = out + "/unrunnable";
+  ExpectCliError(RunCli({"export", "-m", Orig(), "-o", unrunnable}), {"head size is 8", "multiple of 16", "--allow-unrunnable"});
+  EXPECT_FALSE(std::filesystem::exists(unrunnable));
 #else
   ExpectCliError(RunCli({"export", "-m", Orig(), "-o", out}), {"libonnx-dev"});
 #endif

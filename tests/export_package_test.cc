@@ -93,7 +93,9 @@ class ExportPackageTest : public ::testing::Test {
   static void SetUpTestSuite() {
     for (const char* layout : {"orig", "native"}) {
       const std::string out = test::TempDir(std::string("export_") + layout);
-      auto s = exporter::ExportPackage(test::FixturePath(std::string("tiny/") + layout), out, {});
+      exporter::ExportOptions o;
+      o.require_runnable = false;  // head_dim 8: the writer is tested here, ORT runs the trained fixture
+      auto s = exporter::ExportPackage(test::FixturePath(std::string("tiny/") + layout), out, o);
       ASSERT_TRUE(s.ok()) << s.status().ToString();
       dirs_[layout] = out;
       kv_layers_ = s->kv_layers;
@@ -245,6 +247,7 @@ std::string ExportVariant(const std::string& precision, const std::string& targe
   o.precision = precision;
   o.target = target;
   o.lora = lora;
+  o.require_runnable = false;
   const std::string out = test::TempDir("export_" + precision + "_" + target + "_" + lora);
   auto s = exporter::ExportPackage(test::FixturePath("tiny/orig"), out, o);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
@@ -329,6 +332,24 @@ TEST(ExportVariantsTest, LoraIfRunsEachAdapterInItsOwnBranchAndNoneDropsThem) {
     EXPECT_EQ(g["model"]["decoder"]["num_hidden_layers"], L);
     EXPECT_FALSE(g["model"]["decoder"]["inputs"].contains("input_ids"));
   }
+}
+
+TEST(ExportRunnable, AHeadSizeOrtCannotRunIsRefusedBeforeAnythingIsWritten) {
+  const std::string out = test::TempDir("export_unrunnable") + "/package";
+  auto s = exporter::ExportPackage(test::FixturePath("tiny/orig"), out, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kUnsupported);
+  for (const char* part : {"head size is 8", "multiple of 16", "GroupQueryAttention"})
+    EXPECT_NE(s.status().ToString().find(part), std::string::npos) << s.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(out));
+  // The trained fixture (head_dim 64, the one ORT runs in scripts/onnx_checks.sh) and Phi-4's 128 pass.
+  auto trained = ModelConfig::LoadFromDir(test::FixturePath("trained/orig"));
+  ASSERT_TRUE(trained.ok());
+  EXPECT_TRUE(exporter::RunnableByOrt(*trained).ok());
+  trained->text.head_dim = 128;
+  EXPECT_TRUE(exporter::RunnableByOrt(*trained).ok());
+  trained->text.head_dim = 72;
+  EXPECT_FALSE(exporter::RunnableByOrt(*trained).ok());
 }
 
 }  // namespace

@@ -80,6 +80,7 @@ struct BenchFlags {
 struct ExportFlags {
   std::string in_dir, out_dir, precision = "fp32", target = "cpu", lora = "if";
   bool force = false;
+  bool allow_unrunnable = false;
   void Register(CLI::App* app);
 };
 

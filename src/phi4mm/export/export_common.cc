@@ -27,6 +27,16 @@ Status ExportOptions::Validate() const {
   return Status::Ok();
 }
 
+Status RunnableByOrt(const ModelConfig& cfg) {
+  const int64_t hd = cfg.text.head_dim;
+  if (hd % 16 == 0) return Status::Ok();
+  return Unsupported("the decoder's head size is " + std::to_string(hd) +
+                     ", and ONNX Runtime's GroupQueryAttention runs only head sizes that are multiples of 16 "
+                     "(onnxruntime 1.32 fails at the first step with 'head_size shall be a multiple of 16'), so the "
+                     "package could not run; Phi-4-multimodal's head size is 128. --allow-unrunnable writes it anyway "
+                     "(for the ONNX checkers only)");
+}
+
 onnx_writer::ElemType ExportOptions::RealType() const {
   const bool half = precision == "fp16" || (precision == "int4" && target == "cuda");
   return half ? onnx_writer::ElemType::kFloat16 : onnx_writer::ElemType::kFloat;

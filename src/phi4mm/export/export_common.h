@@ -11,6 +11,7 @@
 
 #include "phi4mm/base/status.h"
 #include "phi4mm/io/checkpoint.h"
+#include "phi4mm/io/model_config.h"
 #include "phi4mm/onnx/onnx_writer.h"
 
 namespace phi4mm::exporter {
@@ -28,6 +29,9 @@ struct ExportOptions {
   // 69%); "sum" adds both adapters times their 0/1 gates in every LoRA'd projection (no control
   // flow, for runtimes without If); "none" leaves them out (the bare language model).
   std::string lora = "if";
+  // Refuse a checkpoint whose package ONNX Runtime could not run (RunnableByOrt), instead of writing
+  // one that fails at its first step. Off only to test the writer on the tiny fixture (head_dim 8).
+  bool require_runnable = true;
   Status Validate() const;
 
   // The element type of the package's float tensors.
@@ -35,6 +39,11 @@ struct ExportOptions {
   bool Int4() const { return precision == "int4"; }
   int64_t AccuracyLevel() const { return target == "cpu" ? 4 : 0; }
 };
+
+// Whether ONNX Runtime's GroupQueryAttention can run this decoder: it needs a head size that is a
+// multiple of 16 (onnxruntime 1.32 refuses every other at the first run: "head_size shall be a
+// multiple of 16"). An Unsupported status naming the head size and the limit otherwise.
+Status RunnableByOrt(const ModelConfig& cfg);
 
 // File names of the package.
 inline constexpr const char* kTextFile = "phi-4-mm-text.onnx";

@@ -141,6 +141,7 @@ Result<PackageSummary> ExportPackage(const std::string& model_dir, const std::st
                                      const ExportOptions& opts) {
   PHI4MM_RETURN_IF_ERROR(opts.Validate());
   PHI4MM_ASSIGN_OR_RETURN(ModelConfig cfg, ModelConfig::LoadFromDir(model_dir));
+  if (opts.require_runnable) PHI4MM_RETURN_IF_ERROR(RunnableByOrt(cfg));
   PHI4MM_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(model_dir, cfg.layout));
   if (!ckpt.prequantized().empty())
     return InvalidArgument("'" + model_dir + "' was written by `phi4mm quantize --quant " + ckpt.prequantized() +
