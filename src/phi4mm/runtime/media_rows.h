@@ -29,6 +29,7 @@ struct MediaRows {
   void Append(std::span<const int32_t> ids, std::vector<Features> images, std::span<const int64_t> image_rows,
               std::vector<Features> audios, std::span<const int64_t> audio_rows);
   const Features& features(const Ref& r) const { return r.kind == kImage ? image[r.index] : audio[r.index]; }
+  Features& features(const Ref& r) { return r.kind == kImage ? image[r.index] : audio[r.index]; }
   // The rows that replace the embeddings of positions [start, start + n) (null: the token's own),
   // `hidden` floats per row; positions past the placed ones take their token embedding.
   void Overrides(int64_t start, int64_t n, int64_t hidden, std::vector<const float*>* out) const;

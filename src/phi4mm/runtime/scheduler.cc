@@ -105,7 +105,7 @@ void PlanEncoding(State& st, Seq& s, int64_t from) {
   for (int64_t p = std::max<int64_t>(0, from); p < n; ++p) {
     const MediaRows::Ref& r = s.media.at[p];
     if (r.kind == MediaRows::kToken) continue;
-    auto& feat = (r.kind == MediaRows::kImage ? s.media.image : s.media.audio)[r.index];
+    MediaRows::Features& feat = s.media.features(r);
     if (feat) continue;
     const std::pair<MediaRows::Kind, int32_t> item{r.kind, r.index};
     if (std::find(s.to_encode.begin(), s.to_encode.end(), item) != s.to_encode.end()) continue;
@@ -336,17 +336,12 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
     PlanEncoding(st, s, 0);
   }
   if (plan.rows.empty()) return !plan.long_rope_restart.empty();
-  struct Rows {
-    Seq* s;
-    int64_t n;
-    bool logits;
-  };
-  std::vector<Rows> rows;
-  for (const schedule::StepRows& r : plan.rows) rows.push_back({st.running[r.index].get(), r.n, r.logits});
+  const std::vector<schedule::StepRows>& rows = plan.rows;
+  auto seq = [&](const schedule::StepRows& r) -> Seq& { return *st.running[r.index]; };
   const int64_t prefill = plan.prefill_rows;
 
   int64_t R = 0, with_logits = 0;
-  for (const Rows& r : rows) {
+  for (const schedule::StepRows& r : rows) {
     R += r.n;
     with_logits += r.logits;
   }
@@ -356,8 +351,8 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   std::vector<const float*> overrides;
   std::array<int64_t, 3> mode_rows{};
   int64_t off = 0, li = 0;
-  for (const Rows& r : rows) {
-    Seq& s = *r.s;
+  for (const schedule::StepRows& r : rows) {
+    Seq& s = seq(r);
     const int64_t start = s.cache.length();
     s.media.Overrides(start, r.n, H, &overrides);
     float* e = st.embeds.data() + off * H;
@@ -378,7 +373,7 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   const Clock::time_point t0 = profile ? Clock::now() : Clock::time_point{};
   if (Status ss = dec.Step(chunks, m.pool(), &st.scratch); !ss.ok()) {
     st.scratch.times = nullptr;
-    for (const Rows& r : rows) Complete(st, *r.s, FinishReason::kCancelled, ss.WithContext("decoder step"));
+    for (const schedule::StepRows& r : rows) Complete(st, seq(r), FinishReason::kCancelled, ss.WithContext("decoder step"));
     return true;
   }
   const Clock::time_point ts = profile ? Clock::now() : Clock::time_point{};
@@ -391,9 +386,9 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   const Clock::time_point t1 = profile ? Clock::now() : Clock::time_point{};
   li = 0;
   st.defer_done = true;  // answered after the counters below
-  for (const Rows& r : rows) {
-    if (!r.logits || r.s->finished) continue;
-    OnLogits(st, *r.s, st.logits.data() + li * V, V);
+  for (const schedule::StepRows& r : rows) {
+    if (!r.logits || seq(r).finished) continue;
+    OnLogits(st, seq(r), st.logits.data() + li * V, V);
     ++li;
   }
   {
