@@ -7,7 +7,7 @@ pkgs=(build-essential cmake ninja-build pkg-config curl ca-certificates
       libgtest-dev libgmock-dev libbenchmark-dev
       libcpp-httplib-dev libboost-dev libstb-dev libsndfile1-dev libsoxr-dev libwebp-dev libjpeg62-turbo-dev
       libonnx-dev libprotobuf-dev
-      clang libclang-rt-14-dev)
+      clang libclang-rt-14-dev ccache)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then
