@@ -56,11 +56,16 @@ std::vector<MediaItem> MediaItems(const nb::list& media) {
     if (t.size() != 8) Raise(PyExc_TypeError, "a media item is an 8-tuple");
     MediaItem m;
     const auto kind = nb::cast<std::string>(t[0]);
-    if (kind == "pixels") m.kind = MediaItem::Kind::kImagePixels;
-    else if (kind == "image") m.kind = MediaItem::Kind::kImageBytes;
-    else if (kind == "samples") m.kind = MediaItem::Kind::kAudioSamples;
-    else if (kind == "audio") m.kind = MediaItem::Kind::kAudioBytes;
-    else Raise(PyExc_ValueError, "unknown media item kind " + kind);
+    if (kind == "pixels")
+      m.kind = MediaItem::Kind::kImagePixels;
+    else if (kind == "image")
+      m.kind = MediaItem::Kind::kImageBytes;
+    else if (kind == "samples")
+      m.kind = MediaItem::Kind::kAudioSamples;
+    else if (kind == "audio")
+      m.kind = MediaItem::Kind::kAudioBytes;
+    else
+      Raise(PyExc_ValueError, "unknown media item kind " + kind);
     auto data = nb::cast<nb::bytes>(t[1]);
     m.data.assign(data.c_str(), data.size());
     m.width = nb::cast<int64_t>(t[2]);
@@ -103,8 +108,10 @@ std::shared_ptr<Core> Load(const std::string& path, const std::string& quant, in
     } else {
       core->model = *model;
       auto engine = Engine::Start(core->model, eo);
-      if (engine.ok()) core->engine = std::move(engine).value();
-      else st = engine.status();
+      if (engine.ok())
+        core->engine = std::move(engine).value();
+      else
+        st = engine.status();
     }
   }
   if (!st.ok()) Raise(st);
@@ -145,10 +152,13 @@ std::string StatsJson(const Core& core) {
   j["expired"] = s.expired;
   j["refused"] = s.refused;
   j["preempted"] = s.preempted;
-  j["prefix_cache"] = {{"lookups", s.prefix.lookups}, {"hits", s.prefix.hits}, {"hit_tokens", s.prefix.hit_tokens},
-                       {"entries", s.prefix.entries}, {"bytes", s.prefix.bytes}};
-  j["media_cache"] = {{"hits", s.media.hits}, {"misses", s.media.misses}, {"entries", s.media.entries},
-                      {"bytes", s.media.bytes}};
+  j["prefix_cache"] = {{"lookups", s.prefix.lookups},
+                       {"hits", s.prefix.hits},
+                       {"hit_tokens", s.prefix.hit_tokens},
+                       {"entries", s.prefix.entries},
+                       {"bytes", s.prefix.bytes}};
+  j["media_cache"] = {
+      {"hits", s.media.hits}, {"misses", s.media.misses}, {"entries", s.media.entries}, {"bytes", s.media.bytes}};
   return j.dump();
 }
 
@@ -161,9 +171,13 @@ std::string InfoJson(const Core& core) {
   j["vocab_size"] = core.model->embedding().vocab_size();
   j["kv_dtype"] = i.kv_dtype;
   j["kv_bytes_per_token"] = i.kv_bytes_per_token;
-  j["params"] = {{"embedding", i.params_embedding}, {"decoder", i.params_decoder},
-                 {"vision_lora", i.params_vision_lora}, {"speech_lora", i.params_speech_lora},
-                 {"vision", i.params_vision}, {"speech", i.params_speech}, {"other", i.params_other}};
+  j["params"] = {{"embedding", i.params_embedding},
+                 {"decoder", i.params_decoder},
+                 {"vision_lora", i.params_vision_lora},
+                 {"speech_lora", i.params_speech_lora},
+                 {"vision", i.params_vision},
+                 {"speech", i.params_speech},
+                 {"other", i.params_other}};
   j["params_by_dtype"] = i.params_by_dtype;
   j["threads"] = core.model->pool() ? core.model->pool()->num_threads() : 1;
   return j.dump();
@@ -182,13 +196,13 @@ std::string CountJson(const Core& core, const std::string& body, std::vector<Med
   }
   if (!err.ok()) Raise(err);
   if (!count.ok()) Raise(count.status());
-  server::Json j = {{"total_tokens", count->total_tokens},
-                    {"text_tokens", count->text_tokens},
-                    {"image_tokens", count->image_tokens},
-                    {"audio_tokens", count->audio_tokens},
-                    {"lora_mode", LoraModeName(LoraModeForInputs(!p.engine.media.images.empty(),
-                                                                  !p.engine.media.audios.empty()))},
-                    {"context_length", core.model->context_length()}};
+  server::Json j = {
+      {"total_tokens", count->total_tokens},
+      {"text_tokens", count->text_tokens},
+      {"image_tokens", count->image_tokens},
+      {"audio_tokens", count->audio_tokens},
+      {"lora_mode", LoraModeName(LoraModeForInputs(!p.engine.media.images.empty(), !p.engine.media.audios.empty()))},
+      {"context_length", core.model->context_length()}};
   if (!p.engine.media.images.empty()) j["dynamic_hd"] = p.dynamic_hd;
   return j.dump();
 }
@@ -196,7 +210,7 @@ std::string CountJson(const Core& core, const std::string& body, std::vector<Med
 }  // namespace
 }  // namespace phi4mm::python
 
-NB_MODULE(_phi4mm, m) {
+NB_MODULE(_phi4mm, m) {  // NOLINT(performance-unnecessary-value-param): the macro passes the module by value
   using namespace phi4mm;
   using namespace phi4mm::python;
   m.doc() = "The native half of phi4mm: a loaded model with its batched engine, and answer streams.";
@@ -213,11 +227,13 @@ NB_MODULE(_phi4mm, m) {
           "body"_a, "media"_a, "Submits a chat request body (JSON text) with its media items.")
       .def(
           "complete",
-          [](const std::shared_ptr<Core>& c, const std::string& body) { return Submit(c, body, {}, false); },
-          "body"_a, "Submits a completion request body (JSON text; prompt as text or token ids).")
+          [](const std::shared_ptr<Core>& c, const std::string& body) { return Submit(c, body, {}, false); }, "body"_a,
+          "Submits a completion request body (JSON text; prompt as text or token ids).")
       .def(
           "count",
-          [](const Core& c, const std::string& body, const nb::list& media) { return CountJson(c, body, MediaItems(media)); },
+          [](const Core& c, const std::string& body, const nb::list& media) {
+            return CountJson(c, body, MediaItems(media));
+          },
           "body"_a, "media"_a, "The prompt's tokens by kind (JSON text), without running an encoder.")
       .def(
           "tokenize",

@@ -15,9 +15,7 @@ namespace {
 
 constexpr std::string_view kMediaRef = "phi4mm-media:";
 
-RequestError FromApi(const server::ApiError& e) {
-  return RequestError{e.message, e.param, e.status};
-}
+RequestError FromApi(const server::ApiError& e) { return RequestError{e.message, e.param, e.status}; }
 
 RequestError Invalid(std::string message, std::string param = "") {
   return RequestError{std::move(message), std::move(param), 400};
@@ -78,7 +76,8 @@ Status MixDown(const MediaItem& item, AudioClip* out) {
       v = sum / static_cast<double>(channels);
     }
     if (!std::isfinite(v))
-      return InvalidArgument(item.label + ": sample " + std::to_string(f) + " is " + (std::isnan(v) ? "NaN" : "infinite"));
+      return InvalidArgument(item.label + ": sample " + std::to_string(f) + " is " +
+                             (std::isnan(v) ? "NaN" : "infinite"));
     out->samples[f] = static_cast<float>(v);
   }
   return Status::Ok();
@@ -173,7 +172,8 @@ Status DecodeAudioItem(const MediaItem& item, AudioClip* out) {
                            " Hz is outside the supported range " + std::to_string(kMinAudioSampleRate) + "-" +
                            std::to_string(kMaxAudioSampleRate) + " Hz");
   if (item.channels <= 0 || item.channels > 64)
-    return InvalidArgument(item.label + ": " + std::to_string(item.channels) + " channels is not a valid channel count");
+    return InvalidArgument(item.label + ": " + std::to_string(item.channels) +
+                           " channels is not a valid channel count");
   if (item.dtype == "float32") return MixDown<float>(item, out);
   if (item.dtype == "float64") return MixDown<double>(item, out);
   if (item.dtype == "int16") return MixDown<int16_t>(item, out);

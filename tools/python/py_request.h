@@ -21,12 +21,12 @@ namespace phi4mm::python {
 struct MediaItem {
   enum class Kind { kImagePixels, kImageBytes, kAudioSamples, kAudioBytes };
   Kind kind = Kind::kImageBytes;
-  std::string data;          // pixels (H×W×3 uint8), encoded bytes, or samples (frames×channels)
+  std::string data;  // pixels (H×W×3 uint8), encoded bytes, or samples (frames×channels)
   int64_t width = 0, height = 0;
-  std::string dtype;         // samples: "float32", "float64", "int16" or "int32"
-  int64_t channels = 1;      // samples: interleaved channels, averaged to mono
-  int64_t sample_rate = 0;   // samples
-  std::string label;         // names the part in errors ("messages[0].content[1]")
+  std::string dtype;        // samples: "float32", "float64", "int16" or "int32"
+  int64_t channels = 1;     // samples: interleaved channels, averaged to mono
+  int64_t sample_rate = 0;  // samples
+  std::string label;        // names the part in errors ("messages[0].content[1]")
 };
 
 // A request error: the API error's message (naming the field) and whether it is the caller's

@@ -24,8 +24,9 @@ struct Stream::Shared {
 
 Result<std::shared_ptr<Stream>> Stream::Submit(std::shared_ptr<Core> core, server::ParsedRequest request, bool chat) {
   if (request.n != 1)
-    return InvalidArgument("n must be 1 here: call the model once per choice (each with its own seed), from as many "
-                           "threads as you like; the engine batches them");
+    return InvalidArgument(
+        "n must be 1 here: call the model once per choice (each with its own seed), from as many "
+        "threads as you like; the engine batches them");
   std::shared_ptr<Stream> s(new Stream());
   s->core_ = std::move(core);
   s->shared_ = std::make_shared<Shared>();
@@ -33,8 +34,8 @@ Result<std::shared_ptr<Stream>> Stream::Submit(std::shared_ptr<Core> core, serve
   s->logprobs_ = request.logprobs;
   s->dynamic_hd_ = request.dynamic_hd;
   if (chat)
-    s->answer_ = std::make_unique<server::AnswerBuilder>(request.tools,
-                                                         request.output.kind == server::OutputRequest::Kind::kToolCalls);
+    s->answer_ = std::make_unique<server::AnswerBuilder>(
+        request.tools, request.output.kind == server::OutputRequest::Kind::kToolCalls);
   EngineRequest& er = request.engine;
   std::shared_ptr<Shared> sh = s->shared_;
   er.on_event = [sh](const StreamEvent& ev) {
