@@ -168,12 +168,13 @@ class Model:
     ``quant``: ``"none"`` (as stored), ``"bf16"``, ``"q8"`` or ``"q4"``; ``threads``: compute
     threads (0: one per core); ``kv_dtype``: ``"f32"``, ``"f16"`` or ``"q8"`` (default: f32 for
     weights as stored, else f16); ``max_running``: requests decoded together; ``max_queue``:
-    requests waiting beyond those (default 32; more raise RuntimeError); ``kv_budget_bytes``: the
+    requests waiting beyond those (default 256, so a thread pool's burst queues instead of failing; beyond it a
+    RuntimeError says the queue is full); ``kv_budget_bytes``: the
     KV caches' budget (0: half the memory available).
     """
 
     def __init__(self, path: "str | os.PathLike", *, quant: Optional[str] = None, threads: int = 0,
-                 kv_dtype: Optional[str] = None, max_running: int = 0, max_queue: int = 0,
+                 kv_dtype: Optional[str] = None, max_running: int = 0, max_queue: int = 256,
                  kv_budget_bytes: int = 0, prefill_chunk: int = 0) -> None:
         self._core = _phi4mm.Core.load(os.fspath(path), quant or "", threads, kv_dtype or "", max_running,
                                        max_queue, kv_budget_bytes, prefill_chunk)
