@@ -229,7 +229,8 @@ class Model:
 
     @property
     def info(self) -> dict:
-        """The checkpoint's layout, context length, KV cache type and parameter counts."""
+        """What ``phi4mm info --json`` prints for the checkpoint (folder, layout, parameters by part and
+        dtype, the decoder's shape, LoRA, context, KV cache, EOS ids, kernels), and ``threads``."""
         return json.loads(self._core.info())
 
     def stats(self) -> dict:

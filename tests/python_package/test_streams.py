@@ -146,6 +146,14 @@ def test_python_dash_m_runs_the_cli():
     assert "context" in info.stdout.lower()
 
 
+def test_info_is_what_phi4mm_info_prints(model, cli):
+    out = subprocess.run([cli, "info", "--json", "-m", str(FIXTURES / "trained" / "orig")], check=True,
+                         capture_output=True, text=True).stdout
+    info = dict(model.info)
+    assert info.pop("threads") == 2
+    assert info == json.loads(out)
+
+
 def test_grey_and_rgba_arrays_are_converted_as_pil_does(model):
     import numpy as np
     rgba = Image.open(FIXTURES / "images" / "rgba_300x200.png")

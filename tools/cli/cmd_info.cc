@@ -4,8 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_common.h"
-#include "phi4mm/kernels/isa.h"
-#include "phi4mm/kernels/quant_kernels.h"
+#include "server/model_json.h"
 
 namespace phi4mm::cli {
 
@@ -31,56 +30,23 @@ int InfoCommand(const ModelFlags& mf, bool as_json) {
   const ModelInfo info = (*model)->Info();
   const ModelConfig& c = (*model)->config();
   const TextConfig& t = c.text;
-  const int64_t kv_full = info.kv_bytes_per_token * info.context_length;
-  nlohmann::json j;
-  j["folder"] = info.dir;
-  j["layout"] = info.layout;
-  j["model_type"] = c.model_type;
-  j["files"] = info.num_files;
-  const Checkpoint& ckpt = (*model)->checkpoint();
-  int64_t packed = 0;
-  uint64_t weight_bytes = 0;
-  for (const auto& [name, tv] : ckpt.tensors()) {
-    packed += tv.packed ? 1 : 0;
-    weight_bytes += tv.nbytes;
-  }
-  j["weight_bytes"] = weight_bytes;
-  if (ckpt.prequantized().empty())
-    j["prequantized"] = nullptr;
-  else
-    j["prequantized"] = {{"quant", ckpt.prequantized()}, {"tensors", packed}};
-  j["parameters"] = {{"embedding", info.params_embedding},     {"decoder", info.params_decoder},
-                     {"vision", info.params_vision},           {"speech", info.params_speech},
-                     {"vision_lora", info.params_vision_lora}, {"speech_lora", info.params_speech_lora},
-                     {"other", info.params_other}};
-  j["parameters_by_dtype"] = info.params_by_dtype;
-  j["decoder"] = {{"layers", t.num_hidden_layers}, {"hidden", t.hidden_size}, {"heads", t.num_attention_heads},
-                  {"kv_heads", t.num_key_value_heads}, {"head_dim", t.head_dim}, {"intermediate", t.intermediate_size},
-                  {"vocab", t.vocab_size}, {"rotary_dim", t.rotary_dim()},
-                  {"original_max_position_embeddings", t.original_max_position_embeddings},
-                  {"rope_attention_factor", t.rope_attention_factor}};
-  j["lora"] = {{"vision", {{"rank", c.vision_lora.rank}, {"alpha", c.vision_lora.alpha}}},
-               {"speech", {{"rank", c.speech_lora.rank}, {"alpha", c.speech_lora.alpha}}}};
-  j["context_length"] = info.context_length;
-  j["kv_cache"] = {{"dtype", info.kv_dtype}, {"bytes_per_token", info.kv_bytes_per_token}, {"bytes_at_full_context", kv_full}};
-  j["eos_token_ids"] = c.generation.eos_token_ids;
-  std::vector<std::string> isas;
-  for (Isa isa : AvailableIsas()) isas.push_back(IsaName(isa));
-  j["kernels"] = {{"isa", IsaName(ActiveIsa())}, {"table", ActiveKernels().name}, {"available", isas}};
+  const nlohmann::json j = server::ModelJson(**model);
   if (as_json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
+  const auto weight_bytes = static_cast<double>(j["weight_bytes"].get<uint64_t>());
+  const int64_t kv_full = j["kv_cache"]["bytes_at_full_context"].get<int64_t>();
   int64_t total = 0;
   for (const auto& [k, v] : info.params_by_dtype) total += v;
   std::printf("folder:          %s\n", info.dir.c_str());
   std::printf("layout:          %s, %zu safetensors file(s)\n", info.layout.c_str(), info.num_files);
-  if (ckpt.prequantized().empty())
-    std::printf("weights:         %s as published\n", Human(static_cast<double>(weight_bytes)).c_str());
+  if (j["prequantized"].is_null())
+    std::printf("weights:         %s as published\n", Human(weight_bytes).c_str());
   else
     std::printf("weights:         %s, pre-quantized by phi4mm quantize --quant %s (%lld tensors converted)\n",
-                Human(static_cast<double>(weight_bytes)).c_str(), ckpt.prequantized().c_str(),
-                static_cast<long long>(packed));
+                Human(weight_bytes).c_str(), j["prequantized"]["quant"].get<std::string>().c_str(),
+                static_cast<long long>(j["prequantized"]["tensors"].get<int64_t>()));
   std::printf("parameters:      %lld total\n", static_cast<long long>(total));
   for (const char* part : {"embedding", "decoder", "vision", "speech", "vision_lora", "speech_lora", "other"})
     std::printf("  %-13s %lld\n", part, static_cast<long long>(j["parameters"][part].get<int64_t>()));
@@ -99,9 +65,9 @@ int InfoCommand(const ModelFlags& mf, bool as_json) {
   std::printf("KV cache (%s):  %s per token, %s at full context\n", info.kv_dtype.c_str(), Human(static_cast<double>(info.kv_bytes_per_token)).c_str(),
               Human(static_cast<double>(kv_full)).c_str());
   std::string avail;
-  for (const std::string& n : isas) avail += (avail.empty() ? "" : ", ") + n;
-  std::printf("kernels:         %s (this CPU and build offer %s; PHI4MM_ISA picks one)\n", ActiveKernels().name,
-              avail.c_str());
+  for (const auto& n : j["kernels"]["available"]) avail += (avail.empty() ? "" : ", ") + n.get<std::string>();
+  std::printf("kernels:         %s (this CPU and build offer %s; PHI4MM_ISA picks one)\n",
+              j["kernels"]["table"].get<std::string>().c_str(), avail.c_str());
   return 0;
 }
 

@@ -16,6 +16,7 @@
 #include "phi4mm/runtime/media.h"
 #include "py_request.h"
 #include "py_stream.h"
+#include "server/model_json.h"
 #include "server/response.h"
 
 namespace nb = nanobind;
@@ -163,22 +164,7 @@ std::string StatsJson(const Core& core) {
 }
 
 std::string InfoJson(const Core& core) {
-  const ModelInfo i = core.model->Info();
-  server::Json j;
-  j["layout"] = i.layout;
-  j["dir"] = i.dir;
-  j["context_length"] = i.context_length;
-  j["vocab_size"] = core.model->embedding().vocab_size();
-  j["kv_dtype"] = i.kv_dtype;
-  j["kv_bytes_per_token"] = i.kv_bytes_per_token;
-  j["params"] = {{"embedding", i.params_embedding},
-                 {"decoder", i.params_decoder},
-                 {"vision_lora", i.params_vision_lora},
-                 {"speech_lora", i.params_speech_lora},
-                 {"vision", i.params_vision},
-                 {"speech", i.params_speech},
-                 {"other", i.params_other}};
-  j["params_by_dtype"] = i.params_by_dtype;
+  nlohmann::json j = server::ModelJson(*core.model);
   j["threads"] = core.model->pool() ? core.model->pool()->num_threads() : 1;
   return j.dump();
 }
@@ -250,7 +236,7 @@ NB_MODULE(_phi4mm, m) {  // NOLINT(performance-unnecessary-value-param): the mac
             return nb::bytes(text.data(), text.size());
           },
           "ids"_a, "skip_special"_a = false, "The UTF-8 bytes of the ids.")
-      .def("info", &InfoJson, "The checkpoint's layout, sizes and parameter counts (JSON text).")
+      .def("info", &InfoJson, "What `phi4mm info --json` prints, and the compute threads (JSON text).")
       .def("stats", &StatsJson, "The engine's counters (JSON text).");
 
   nb::class_<Stream>(m, "Stream", "One request's answer as it is generated.")

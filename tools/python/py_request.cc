@@ -127,17 +127,6 @@ server::ServerLimits LibraryLimits() {
   return l;
 }
 
-server::ModelFacts FactsOf(const Model& model) {
-  server::ModelFacts f;
-  f.context_length = model.context_length();
-  f.vocab_size = model.embedding().vocab_size();
-  f.checkpoint_dynamic_hd = model.config().preprocessor.dynamic_hd;
-  f.crop_size = model.config().vision.crop_size;
-  f.patch_size = model.config().vision.patch_size;
-  f.max_token_bytes = model.tokenizer().max_token_bytes();
-  return f;
-}
-
 Status DecodeImageItem(const MediaItem& item, Image* out) {
   if (item.kind == MediaItem::Kind::kImageBytes) {
     const auto* p = reinterpret_cast<const uint8_t*>(item.data.data());
@@ -186,7 +175,7 @@ RequestError BuildChatRequest(const Model& model, std::string_view body_json, st
                               server::ParsedRequest* out) {
   server::Json body;
   if (RequestError e = ParseJson(body_json, &body); !e.ok()) return e;
-  if (server::ApiError e = server::ParseChatRequest(body, LibraryLimits(), FactsOf(model), out); !e.ok())
+  if (server::ApiError e = server::ParseChatRequest(body, LibraryLimits(), server::FactsOf(model), out); !e.ok())
     return FromApi(e);
   if (RequestError e = RefuseIgnored(*out); !e.ok()) return e;
   if (RequestError e = DecodeReferenced(out, media); !e.ok()) return e;
@@ -199,7 +188,7 @@ RequestError BuildChatRequest(const Model& model, std::string_view body_json, st
 RequestError BuildCompletionRequest(const Model& model, std::string_view body_json, server::ParsedRequest* out) {
   server::Json body;
   if (RequestError e = ParseJson(body_json, &body); !e.ok()) return e;
-  if (server::ApiError e = server::ParseCompletionRequest(body, LibraryLimits(), FactsOf(model), out); !e.ok())
+  if (server::ApiError e = server::ParseCompletionRequest(body, LibraryLimits(), server::FactsOf(model), out); !e.ok())
     return FromApi(e);
   if (RequestError e = RefuseIgnored(*out); !e.ok()) return e;
   if (out->output.kind != server::OutputRequest::Kind::kNone) {

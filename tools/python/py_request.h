@@ -41,7 +41,6 @@ struct RequestError {
 // The limits a library caller gets: the server's defaults, except that the number of images and
 // clips per request is the caller's own business (bounded by the context).
 server::ServerLimits LibraryLimits();
-server::ModelFacts FactsOf(const Model& model);
 
 // Parses a chat body (ParseChatRequest), matches its media references to `media` and decodes
 // them into out->engine.media, and compiles response_format / tools into the output constraint.

@@ -38,6 +38,8 @@ struct ModelFacts {
   int64_t crop_size = 448, patch_size = 14;  // the image processor's
   int64_t max_token_bytes = 128;             // the tokenizer's longest token
 };
+// The facts of a loaded model.
+ModelFacts FactsOf(const Model& model);
 
 // Structured output the request asks for (request_output.cc); CompileOutput turns it into the
 // engine request's OutputConstraint.

@@ -134,6 +134,17 @@ void ParseGeneration(const Json& b, const ServerLimits& limits, const ModelFacts
   if (Status st = g.Validate(facts.vocab_size); !st.ok()) Fail("", st.message(), "invalid_value");
 }
 
+ModelFacts FactsOf(const Model& model) {
+  ModelFacts f;
+  f.context_length = model.context_length();
+  f.vocab_size = model.embedding().vocab_size();
+  f.checkpoint_dynamic_hd = model.config().preprocessor.dynamic_hd;
+  f.crop_size = model.config().vision.crop_size;
+  f.patch_size = model.config().vision.patch_size;
+  f.max_token_bytes = model.tokenizer().max_token_bytes();
+  return f;
+}
+
 void CollectIgnored(const Json& b, std::span<const std::string_view> known, ParsedRequest* out) {
   for (auto it = b.begin(); it != b.end(); ++it) {
     bool found = false;

@@ -82,16 +82,7 @@ void Call::CancelHandles() {
 
 Server::Impl::Impl(ServerOptions o) : opts(std::move(o)), http(HttpOptions(opts)), media_budget(opts.media_budget_bytes) {}
 
-ModelFacts Server::Impl::Facts() const {
-  ModelFacts f;
-  f.context_length = model->context_length();
-  f.vocab_size = model->embedding().vocab_size();
-  f.checkpoint_dynamic_hd = model->config().preprocessor.dynamic_hd;
-  f.crop_size = model->config().vision.crop_size;
-  f.patch_size = model->config().vision.patch_size;
-  f.max_token_bytes = model->tokenizer().max_token_bytes();
-  return f;
-}
+ModelFacts Server::Impl::Facts() const { return FactsOf(*model); }
 
 http::Response Server::Impl::ErrorResponse(const ApiError& e) {
   http::Response r;
