@@ -38,6 +38,11 @@ TEST(SchemaSupport, RefusesWhatTheEngineWouldIgnoreNamingWhere) {
   EXPECT_EQ(Refusal(R"({"anyOf": []})").rfind("#/anyOf: ", 0), 0u);
   EXPECT_EQ(Refusal(R"({"type": "strin"})").rfind("#/type: ", 0), 0u);
   EXPECT_NE(Refusal("{"), "");
+  // A quantifier with nothing to repeat; the rest of regular-expression grammar is the engine's.
+  for (const char* re : {"*a", "(+a)", "a|?", "a**", "a+??", "a{2}{3}", "(a)???", "(?:?a)"})
+    EXPECT_EQ(Refusal(R"({"type": "string", "pattern": ")" + std::string(re) + R"("})").rfind("#/pattern: ", 0), 0u) << re;
+  for (const char* re : {"^a+?b{2,3}?(?:x|y)*$", "[?*+]+", "\\\\?+", "a{,3}", "(?=a)b", "(?<n>a)?", "[]?]?"})
+    EXPECT_EQ(Refusal(R"({"type": "string", "pattern": ")" + std::string(re) + R"("})"), "") << re;
   // Keyword names used as property names are property names.
   EXPECT_EQ(Refusal(R"({"type": "object", "properties": {"minLength": {"type": "string"}, "pattern": {"const": 1}}})"), "");
   EXPECT_NE(grammar::SchemaForEngine(R"({"properties": {"minLength": {"type": "string", "maxLength": 2}}})").find("pattern"),
@@ -303,6 +308,16 @@ TEST_F(GrammarOnTokenizer, BoundedStringsHoldOnlyJsonStringCharacters) {
   // XGrammar 0.2.9 drops the first atom of "(ab+)?"; the same language as an alternation.
   EXPECT_EQ(grammar::SchemaForEngine(R"({"pattern": "^x(a[0-9]+)?y([)?]\\)?)??$"})"),
             R"({"pattern":"^x(a[0-9]+|)y([)?]\\)?|)$"})");
+  // Three marks after a group are no regular expression: left as they are, so the engine refuses
+  // the schema (a 400) instead of the rewrite making it valid, and a second rewrite changes nothing
+  // (schema_fuzz found "))???" turning into "|)?" and then "||)").
+  const std::string marks = grammar::SchemaForEngine(R"({"type": "string", "pattern": "^(a)???$"})");
+  EXPECT_EQ(marks, R"({"type":"string","pattern":"^(a)???$"})");
+  EXPECT_EQ(grammar::SchemaForEngine(marks), marks);
+  auto refused = compiler_->JsonSchema(R"({"type": "string", "pattern": "^(a)???$"})");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("#/pattern"), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("\"?\" at offset 6"), std::string::npos) << refused.status().message();
 }
 
 TEST_F(GrammarOnTokenizer, AutoToolChoiceLeavesTextFreeUntilTheOpenToken) {

@@ -61,6 +61,70 @@ std::string Unsupported(const std::string& k) {
   return "\"" + k + "\" is not a JSON Schema keyword the grammar engine knows (annotations and x-* extensions are allowed)";
 }
 
+// Whether a quantifier ("{n}", "{n,}", "{n,m}") starts at re[i]; its length, or 0.
+size_t BraceQuantifier(const std::string& re, size_t i) {
+  size_t j = i + 1, digits = 0;
+  while (j < re.size() && re[j] >= '0' && re[j] <= '9') ++j, ++digits;
+  if (digits == 0) return 0;
+  if (j < re.size() && re[j] == ',') {
+    ++j;
+    while (j < re.size() && re[j] >= '0' && re[j] <= '9') ++j;
+  }
+  return j < re.size() && re[j] == '}' ? j + 1 - i : 0;
+}
+
+// The one grammar mistake in a pattern that the engine does not catch itself: a quantifier with
+// nothing to repeat (at the start, after "(" or "|", or after another quantifier and its optional
+// lazy "?"), as in "a???" or "(*x)". ECMA-262 calls these a SyntaxError; XGrammar 0.2.9 compiles
+// them into some language of its own. Returns the problem, or "" for none.
+std::string QuantifierProblem(const std::string& re) {
+  enum class Prev { kNothing, kAtom, kQuantifier, kLazy };
+  Prev prev = Prev::kNothing;
+  bool in_class = false;
+  for (size_t i = 0; i < re.size(); ++i) {
+    const char c = re[i];
+    if (in_class) {
+      if (c == '\\') ++i;
+      else if (c == ']') in_class = false;
+      continue;
+    }
+    size_t quantifier = (c == '?' || c == '*' || c == '+') ? 1 : c == '{' ? BraceQuantifier(re, i) : 0;
+    if (quantifier > 0) {
+      if (c == '?' && prev == Prev::kQuantifier) {
+        prev = Prev::kLazy;
+        continue;
+      }
+      if (prev != Prev::kAtom)
+        return "pattern: \"" + re.substr(i, quantifier) + "\" at offset " + std::to_string(i) +
+               " has nothing to repeat (not a regular expression)";
+      prev = Prev::kQuantifier;
+      i += quantifier - 1;
+      continue;
+    }
+    if (c == '\\') {
+      ++i;
+      prev = Prev::kAtom;
+    } else if (c == '[') {
+      in_class = true;
+      if (i + 1 < re.size() && re[i + 1] == '^') ++i;
+      if (i + 1 < re.size() && re[i + 1] == ']') ++i;
+      prev = Prev::kAtom;
+    } else if (c == '(') {
+      if (i + 1 < re.size() && re[i + 1] == '?') {  // (?:...), (?=...), (?!...), (?<name>...)
+        ++i;
+        if (i + 1 < re.size() && re[i + 1] == '<') ++i;
+        if (i + 1 < re.size()) ++i;
+      }
+      prev = Prev::kNothing;
+    } else if (c == '|') {
+      prev = Prev::kNothing;
+    } else {
+      prev = Prev::kAtom;  // a literal, ".", ")", "^", "$"
+    }
+  }
+  return "";
+}
+
 class Walker {
  public:
   explicit Walker(const Json& root) : root_(root) {}
@@ -170,6 +234,7 @@ class Walker {
       if (v.get<double>() <= 0) Refuse(p, "multipleOf must be greater than 0");
     } else if (k == "pattern") {
       if (!v.is_string()) Refuse(p, "pattern must be a string (a regular expression)");
+      if (std::string problem = QuantifierProblem(v.get<std::string>()); !problem.empty()) Refuse(p, problem);
     } else if (k == "format") {
       if (!v.is_string() || Formats().count(v.get<std::string>()) == 0) {
         std::string known;
@@ -214,11 +279,17 @@ std::string WithoutOptionalGroups(const std::string& re) {
       if (i + 1 < re.size() && re[i + 1] == ']') out += re[++i];
       continue;
     }
-    if (c == ')' && i + 1 < re.size() && re[i + 1] == '?') {
-      out += "|)";
-      ++i;
-      if (i + 1 < re.size() && re[i + 1] == '?') ++i;  // lazy: the same strings
-      continue;
+    if (c == ')') {
+      size_t marks = 0;
+      while (i + 1 + marks < re.size() && re[i + 1 + marks] == '?') ++marks;
+      // "?" or the lazy "??" (the same strings) become the empty branch; three or more marks are
+      // not a regular expression and are left for the engine to refuse (rewriting them would make
+      // an invalid pattern valid, and would not be stable under a second rewrite).
+      if (marks == 1 || marks == 2) {
+        out += "|)";
+        i += marks;
+        continue;
+      }
     }
     out += c;
   }
