@@ -18,13 +18,13 @@ cd "$(dirname "$0")/.."
 stages=" ${STAGES:-1 2 3 4} "
 jobs=$(nproc)
 fixture=tests/fixtures/tiny/orig
-kernel_tests='Isa*:QuantKernels*:QuantActivations*:QuantFormat*:Attention*:KvCacheAttention*:VisionKernels*:VisionOps*:Ops*:WeightMatrix*:LoraLinear*'
+kernel_tests='Isa*:BatchInvariance*:QuantKernels*:QuantActivations*:QuantFormat*:Attention*:KvCacheAttention*:VisionKernels*:VisionOps*:Ops*:WeightMatrix*:LoraLinear*'
 parity_tests='*DecoderParity*:*SpeechEncoderParity*:*SpeechEndToEnd*:*VisionEndToEnd*:*VisionFeatures*'
 # Suites that never reach a kernel (tokenizer, parsers, HTTP, CLI errors, sampler, thread pool,
 # symbol checks): stage 1 leaves them out, a second run on the scalar tables gains nothing.
 isa_free_tests='(^|/)(LoadErrors|TokenizerTest|Server[A-Za-z0-9]*|OnnxWriterTest|Manifest[A-Za-z]*|ExportOptionsTest|ChatFormatTest|CliErrors|Config|ModelConfig|Safetensors|Checkpoint|Sha256|AudioDecode|ImageDecode|Sampler|ThreadPool[A-Za-z]*|Quantize|BenchCommand|IsaObjectsShareNoWeakSymbols|IsaSymbolCheckCatchesSharedInline|ExportPackageTest)(\.|$)'
 # The test files the aarch64 build compiles: those holding the kernel and parity tests.
-arm_test_files='isa|quant_kernels|attention|kv_cache|vision_kernels|kernels|activations|decoder_parity|vision_parity|speech_parity'
+arm_test_files='isa|batch_invariance|quant_kernels|attention|kv_cache|vision_kernels|kernels|activations|decoder_parity|vision_parity|speech_parity'
 bash scripts/setup_cross.sh
 [ -x build/phi4mm ] && [ -x build/tests/phi4mm_tests ] || { echo "build/ first (scripts/test.sh)"; exit 1; }
 tmp=$(mktemp -d)

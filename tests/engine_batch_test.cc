@@ -2,8 +2,8 @@
 // requests (prompts past the LongRoPE switch and prompts that cross it while decoding, greedy and
 // seeded sampling) run alone, 3 and 8 at a time in mixed LoRA modes, with prefill chunks smaller
 // than the prompts, give the same tokens as Session::Generate alone (what `phi4mm run` does) and
-// logits within 1e-5 of their scale at every step. Also the batched step and LoRA segments
-// against their single-sequence forms.
+// the same logits at every step, bit for bit (tests/batch_invariance_test.cc holds the kernels to
+// it). Also the batched step and LoRA segments against their single-sequence forms, bit for bit.
 #include <gtest/gtest.h>
 
 #include "phi4mm/runtime/engine.h"
@@ -148,7 +148,8 @@ void ExpectSame(const Outcome& got, const Outcome& want, const std::string& what
   EXPECT_EQ(got.text, want.text) << what;
   ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
   for (size_t k = 0; k < want.logits.size(); ++k)
-    test::ExpectCloseRel(got.logits[k], want.logits[k], 1e-5, what + " step " + std::to_string(k));
+    EXPECT_TRUE(got.logits[k] == want.logits[k])
+        << what << " step " << k << ": max abs difference " << test::MaxAbsDiff(got.logits[k], want.logits[k]);
 }
 
 class EngineBatch : public ::testing::TestWithParam<std::string> {};
@@ -215,7 +216,7 @@ TEST(DecoderStep, MixedChunksEqualOneSequenceAtATime) {
   DecoderScratch scratch;
   ASSERT_TRUE(dec.Step(chunks, model->pool(), &scratch).ok());
   for (size_t i = 0; i < lens.size(); ++i) {
-    test::ExpectCloseRel(got[i], want[i], 1e-6, "sequence " + std::to_string(i));
+    EXPECT_TRUE(got[i] == want[i]) << "sequence " << i << ": max abs difference " << test::MaxAbsDiff(got[i], want[i]);
     EXPECT_EQ(batched[i].length(), solo[i].length());
   }
 }

@@ -237,49 +237,112 @@ struct Source {
   }
 };
 
-constexpr int64_t kFlashRows = 96;  // query rows (positions x heads of a group) per flash block
-constexpr int64_t kKeyTile = 64;    // cached rows per flash tile
+constexpr int64_t kFlashRows = 96;   // query rows (positions x heads of a group) per flash block
+constexpr int64_t kKeyTile = 64;     // cached rows per tile
+constexpr int64_t kSliceKeys = 256;  // cached rows per slice (a multiple of kKeyTile)
 
+// The one algorithm every query row goes through, whichever path computes it, so that a row's
+// output is a function of its query and its cached rows alone, bit for bit: not of the other
+// rows of its flash block, the other sequences of the step, the step's size or the thread count
+// (tests/batch_invariance_test.cc). The cached rows 0..len-1 are cut into slices at fixed absolute
+// positions (kSliceKeys) and each slice into tiles (kKeyTile). Per slice, from a fresh state
+// (m = -inf, l = 0, o = 0): per tile, widen K, s = (q * scale) . k (tile_qk), keys at or past the
+// row's length set to -inf, online softmax (tile_softmax, whose masked entries become exact zeros
+// and add nothing), widen V, o += p V (tile_pv). Slices are then folded left to right (Fold) and
+// the result divided by the sum. Decode splits a row's slices over threads; prefill walks them in
+// order; both fold the same partial states in the same order.
+
+// Folds a slice's partial state (m, l, o[hd]) into a row's running one (M, L, O[hd]). One
+// out-of-line body, so both paths round it the same way.
+[[gnu::noinline]] void Fold(float m, float l, const float* o, int64_t hd, float* M, float* L, float* O) {
+  if (l == 0.0f) return;
+  if (*L == 0.0f) {
+    *M = m;
+    *L = l;
+    std::copy(o, o + hd, O);
+    return;
+  }
+  const float mx = std::max(*M, m);
+  const float a = std::exp(*M - mx), b = std::exp(m - mx);
+  *M = mx;
+  *L = *L * a + l * b;
+  for (int64_t d = 0; d < hd; ++d) O[d] = O[d] * a + o[d] * b;
+}
+
+// Buffers of one slice computation: `rows` query rows (a multiple of 4) of hdp floats.
+struct SliceScratch {
+  std::vector<float> kt, vt, sc, m, l, o;
+  void Size(int64_t rows, int64_t hdp) {
+    kt.resize(kKeyTile * hdp);
+    vt.resize(kKeyTile * hdp);
+    sc.resize(rows * kKeyTile);
+    m.resize(rows);
+    l.resize(rows);
+    o.resize(rows * hdp);
+  }
+};
+
+// One slice [t_begin, t_end) of kv group `grp` for query rows qp[rows][hdp] (already scaled),
+// row r seeing the cached rows below lens[r]; leaves each row's m, l and o (hdp apart) in `w`.
+void RunSlice(const Source& K, const Source& V, int64_t grp, const float* qp, int64_t rows, const int64_t* lens,
+              int64_t t_begin, int64_t t_end, int64_t hdp, SliceScratch* w) {
+  const RowKernels& rk = K.rk;
+  std::fill(w->m.begin(), w->m.begin() + rows, -INFINITY);
+  std::fill(w->l.begin(), w->l.begin() + rows, 0.0f);
+  std::fill(w->o.begin(), w->o.begin() + rows * hdp, 0.0f);
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, t_end - t0);
+    K.Widen(t0, grp, n, hdp, w->kt.data());
+    rk.tile_qk(qp, rows, w->kt.data(), n, hdp, w->sc.data(), kKeyTile);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t t = std::max<int64_t>(0, lens[r] - t0); t < n; ++t) w->sc[r * kKeyTile + t] = -INFINITY;
+    rk.tile_softmax(w->sc.data(), kKeyTile, rows, n, w->m.data(), w->l.data(), w->o.data(), hdp);
+    V.Widen(t0, grp, n, hdp, w->vt.data());
+    rk.tile_pv(w->sc.data(), kKeyTile, rows, w->vt.data(), n, hdp, w->o.data());
+  }
+}
+
+// Query row r (position s0 + r / G, head grp * G + r % G) scaled into qp[r][hdp], zero-padded.
+void PackQueries(const float* q, int64_t s0, int64_t nr, int64_t rows, int64_t G, int64_t grp, const AttentionShape& sh,
+                 int64_t hdp, float* qp) {
+  std::fill(qp, qp + rows * hdp, 0.0f);
+  for (int64_t r = 0; r < nr; ++r) {
+    const float* src = q + ((s0 + r / G) * sh.n_heads + grp * G + r % G) * sh.head_dim;
+    for (int64_t d = 0; d < sh.head_dim; ++d) qp[r * hdp + d] = src[d] * sh.scale;
+  }
+}
+
+// Prefill: work items are (block of query positions, kv group); each walks its slices in order,
+// folding each into the rows' running states.
 void RunFlash(const Source& K, const Source& V, const float* q, int64_t past, int64_t S, const AttentionShape& sh,
               float* out, ThreadPool* pool) {
-  const RowKernels& rk = K.rk;
   const int64_t G = sh.n_heads / sh.n_kv_heads, hd = sh.head_dim, nkv = sh.n_kv_heads, nh = sh.n_heads;
   const int64_t hdp = (hd + 7) / 8 * 8;
   const int64_t bq = std::max<int64_t>(1, kFlashRows / G);
   const int64_t nqb = (S + bq - 1) / bq;
   const int64_t max_rows = (bq * G + 3) / 4 * 4;
   auto body = [&](int64_t b, int64_t e) {
-    std::vector<float> qp(max_rows * hdp), kt(kKeyTile * hdp), vt(kKeyTile * hdp), sc(max_rows * kKeyTile),
-        m(max_rows), l(max_rows), o(max_rows * hdp);
+    SliceScratch w;
+    w.Size(max_rows, hdp);
+    std::vector<float> qp(max_rows * hdp), M(max_rows), L(max_rows), O(max_rows * hd);
+    std::vector<int64_t> lens(max_rows);
     for (int64_t idx = b; idx < e; ++idx) {
       const int64_t qb = ZigZag(idx / nkv, nqb), grp = idx % nkv;
       const int64_t s0 = qb * bq, s1 = std::min(S, s0 + bq), nr = (s1 - s0) * G, rows = (nr + 3) / 4 * 4;
-      std::fill(qp.begin(), qp.begin() + rows * hdp, 0.0f);
-      for (int64_t r = 0; r < nr; ++r) {
-        const float* src = q + ((s0 + r / G) * nh + grp * G + r % G) * hd;
-        for (int64_t d = 0; d < hd; ++d) qp[r * hdp + d] = src[d] * sh.scale;
-      }
-      std::fill(m.begin(), m.begin() + rows, -INFINITY);
-      std::fill(l.begin(), l.begin() + rows, 0.0f);
-      std::fill(o.begin(), o.begin() + rows * hdp, 0.0f);
+      PackQueries(q, s0, nr, rows, G, grp, sh, hdp, qp.data());
+      // Padding rows see every key of the block (their results are dropped).
+      for (int64_t r = 0; r < rows; ++r) lens[r] = past + (r < nr ? s0 + r / G : s1 - 1) + 1;
+      std::fill(M.begin(), M.begin() + rows, -INFINITY);
+      std::fill(L.begin(), L.begin() + rows, 0.0f);
       const int64_t kend = past + s1;
-      for (int64_t t0 = 0; t0 < kend; t0 += kKeyTile) {
-        const int64_t n = std::min(kKeyTile, kend - t0);
-        K.Widen(t0, grp, n, hdp, kt.data());
-        rk.tile_qk(qp.data(), rows, kt.data(), n, hdp, sc.data(), kKeyTile);
-        // Mask keys past each row's position on the diagonal tiles; padding rows see every key.
-        if (t0 + n - 1 > past + s0)
-          for (int64_t r = 0; r < nr; ++r)
-            for (int64_t t = std::max<int64_t>(0, past + s0 + r / G + 1 - t0); t < n; ++t)
-              sc[r * kKeyTile + t] = -INFINITY;
-        rk.tile_softmax(sc.data(), kKeyTile, rows, n, m.data(), l.data(), o.data(), hdp);
-        V.Widen(t0, grp, n, hdp, vt.data());
-        rk.tile_pv(sc.data(), kKeyTile, rows, vt.data(), n, hdp, o.data());
+      for (int64_t c0 = 0; c0 < kend; c0 += kSliceKeys) {
+        RunSlice(K, V, grp, qp.data(), rows, lens.data(), c0, std::min(kend, c0 + kSliceKeys), hdp, &w);
+        for (int64_t r = 0; r < nr; ++r) Fold(w.m[r], w.l[r], w.o.data() + r * hdp, hd, &M[r], &L[r], O.data() + r * hd);
       }
       for (int64_t r = 0; r < nr; ++r) {
         float* dst = out + ((s0 + r / G) * nh + grp * G + r % G) * hd;
-        const float inv = 1.0f / l[r];
-        for (int64_t d = 0; d < hd; ++d) dst[d] = o[r * hdp + d] * inv;
+        const float inv = 1.0f / L[r];
+        for (int64_t d = 0; d < hd; ++d) dst[d] = O[r * hd + d] * inv;
       }
     }
   };
@@ -296,94 +359,86 @@ struct RowJob {
   float* out;
 };
 
-// The decode (row) path over several sequences in one ParallelFor: items are (sequence, query
-// position, kv group, slice of the cached length). Each sequence's split of its cached length is
-// chosen from its own size and the pool's thread count alone, as if it ran by itself, so its
-// result does not depend on the other sequences of the batch; they only share the dispatch.
+// Decode (few query rows) over several sequences in one ParallelFor: items are (sequence, query
+// position, kv group, slice), so a long cache spreads over the threads; a row with several
+// slices keeps their partial states, folded in order afterwards (a second ParallelFor over
+// (sequence, position, group)); a row with one slice is written at once.
 void RunRows(std::span<const RowJob> jobs, const AttentionShape& sh, ThreadPool* pool) {
-  const int G = static_cast<int>(sh.n_heads / sh.n_kv_heads);
-  const int64_t hd = sh.head_dim, nkv = sh.n_kv_heads;
-  const int threads = pool ? pool->num_threads() : 1;
-  // Split the cached length when there are too few (position, group) items for the threads.
-  constexpr int64_t kMinSlice = 128;
+  const int64_t G = sh.n_heads / sh.n_kv_heads, hd = sh.head_dim, nkv = sh.n_kv_heads;
+  const int64_t hdp = (hd + 7) / 8 * 8, rows = (G + 3) / 4 * 4;
   const size_t nj = jobs.size();
-  // Per sequence: its slices, the first item of it, and (when split) where its partials start.
-  std::vector<int64_t> nsplit(nj), first(nj + 1, 0), part0(nj + 1, 0);
+  // Per sequence: slices per (position, group) (those of its longest row), its first item, its
+  // first (position, group) pair, and where its partial states start (split sequences only).
+  std::vector<int64_t> nsl(nj), first(nj + 1, 0), pair0(nj + 1, 0), part0(nj + 1, 0);
   for (size_t j = 0; j < nj; ++j) {
-    const int64_t items0 = jobs[j].S * nkv, total_len = jobs[j].past + jobs[j].S;
-    nsplit[j] = 1;
-    if (items0 < 4 * threads && total_len >= 2 * kMinSlice)
-      nsplit[j] = std::min<int64_t>((4 * threads + items0 - 1) / items0, total_len / kMinSlice);
-    first[j + 1] = first[j] + items0 * nsplit[j];
-    part0[j + 1] = part0[j] + (nsplit[j] > 1 ? items0 * nsplit[j] : 0);
+    nsl[j] = (jobs[j].past + jobs[j].S + kSliceKeys - 1) / kSliceKeys;
+    const int64_t pairs = jobs[j].S * nkv;
+    first[j + 1] = first[j] + pairs * nsl[j];
+    pair0[j + 1] = pair0[j] + pairs;
+    part0[j + 1] = part0[j] + (nsl[j] > 1 ? pairs * nsl[j] : 0);
   }
-  const int64_t items = first[nj];
-  // Partial results of split sequences: per item, G maxima, G sums and G*hd unnormalised outputs.
-  std::vector<float> part_m(static_cast<size_t>(part0[nj] * G), -INFINITY), part_l(static_cast<size_t>(part0[nj] * G), 0.0f);
-  std::vector<float> part_o(static_cast<size_t>(part0[nj] * G * hd), 0.0f);
+  // Partial states: per item, G maxima, G sums and G*hd unnormalised outputs.
+  std::vector<float> part_m(static_cast<size_t>(part0[nj] * G)), part_l(static_cast<size_t>(part0[nj] * G), 0.0f);
+  std::vector<float> part_o(static_cast<size_t>(part0[nj] * G * hd));
   auto body = [&](int64_t b, int64_t e) {
-    std::vector<float> scores, m(G), l(G);
+    SliceScratch w;
+    w.Size(rows, hdp);
+    std::vector<float> qp(rows * hdp);
+    std::vector<int64_t> lens(rows);
     size_t j = 0;
     for (int64_t idx = b; idx < e; ++idx) {
       while (idx >= first[j + 1]) ++j;
       const RowJob& jb = jobs[j];
-      const int64_t ns = nsplit[j], local = idx - first[j];
+      const int64_t ns = nsl[j], local = idx - first[j];
       const int64_t c = local % ns, pair = local / ns;
       const int64_t s = ZigZag(pair / nkv, jb.S), g = pair % nkv;
-      const int64_t len = jb.past + s + 1;
-      const int64_t per = (len + ns - 1) / ns;
-      const int64_t t0 = std::min(len, c * per), t1 = std::min(len, t0 + per), n = t1 - t0;
-      const float* qg = jb.q + (s * sh.n_heads + g * G) * hd;
-      const int64_t pi = part0[j] + local;  // this item's partials when the sequence is split
-      float* o = ns > 1 ? part_o.data() + pi * G * hd : jb.out + (s * sh.n_heads + g * G) * hd;
-      std::fill(o, o + G * hd, 0.0f);
-      if (n <= 0) continue;
-      scores.resize(static_cast<size_t>(G * n));
-      jb.K.Scores(qg, G, t0, g, n, sh.scale, scores.data());
-      // p = exp(s - max) in place with each row's max and sum: the flash tiles' softmax from a
-      // fresh state (no output to rescale yet, hence hdp 0).
-      std::fill(m.begin(), m.end(), -INFINITY);
-      std::fill(l.begin(), l.end(), 0.0f);
-      jb.K.rk.tile_softmax(scores.data(), n, G, n, m.data(), l.data(), o, 0);
-      jb.V.Accum(scores.data(), n, G, t0, g, n, o);
-      if (ns > 1) {
-        std::copy(m.begin(), m.end(), part_m.data() + pi * G);
-        std::copy(l.begin(), l.end(), part_l.data() + pi * G);
-      } else {
-        for (int h = 0; h < G; ++h) {
-          const float inv = 1.0f / l[h];
-          for (int64_t d = 0; d < hd; ++d) o[h * hd + d] *= inv;
+      const int64_t len = jb.past + s + 1, t0 = c * kSliceKeys, t1 = std::min(len, t0 + kSliceKeys);
+      const int64_t pi = part0[j] + local;  // this item's partial state when the sequence is split
+      if (t0 >= t1) {
+        if (ns > 1) std::fill(part_l.data() + pi * G, part_l.data() + (pi + 1) * G, 0.0f);
+        continue;
+      }
+      PackQueries(jb.q, s, G, rows, G, g, sh, hdp, qp.data());
+      std::fill(lens.begin(), lens.end(), len);
+      RunSlice(jb.K, jb.V, g, qp.data(), rows, lens.data(), t0, t1, hdp, &w);
+      for (int64_t h = 0; h < G; ++h) {
+        if (ns > 1) {
+          part_m[pi * G + h] = w.m[h];
+          part_l[pi * G + h] = w.l[h];
+          std::copy(w.o.data() + h * hdp, w.o.data() + h * hdp + hd, part_o.data() + (pi * G + h) * hd);
+        } else {
+          float* dst = jb.out + (s * sh.n_heads + g * G + h) * hd;
+          const float inv = 1.0f / w.l[h];
+          for (int64_t d = 0; d < hd; ++d) dst[d] = w.o[h * hdp + d] * inv;
         }
       }
     }
   };
-  if (pool) pool->ParallelFor(items, body, 1);
-  else body(0, items);
-  for (size_t j = 0; j < nj; ++j) {
-    const int64_t ns = nsplit[j];
-    if (ns == 1) continue;
-    const RowJob& jb = jobs[j];
-    for (int64_t pair = 0; pair < jb.S * nkv; ++pair) {
-      const int64_t s = ZigZag(pair / nkv, jb.S), g = pair % nkv;
-      for (int h = 0; h < G; ++h) {
-        float M = -INFINITY;
-        for (int64_t c = 0; c < ns; ++c) M = std::max(M, part_m[(part0[j] + pair * ns + c) * G + h]);
-        float* o = jb.out + (s * sh.n_heads + g * G + h) * hd;
-        std::fill(o, o + hd, 0.0f);
-        double L = 0;
-        for (int64_t c = 0; c < ns; ++c) {
-          const int64_t it = part0[j] + pair * ns + c;
-          if (part_l[it * G + h] == 0.0f) continue;
-          const float w = std::exp(part_m[it * G + h] - M);
-          L += static_cast<double>(w) * part_l[it * G + h];
-          const float* po = part_o.data() + (it * G + h) * hd;
-          for (int64_t d = 0; d < hd; ++d) o[d] += w * po[d];
+  if (pool) pool->ParallelFor(first[nj], body, 1);
+  else body(0, first[nj]);
+  if (part0[nj] == 0) return;
+  auto merge = [&](int64_t b, int64_t e) {
+    std::vector<float> O(static_cast<size_t>(hd));
+    size_t j = 0;
+    for (int64_t idx = b; idx < e; ++idx) {
+      while (idx >= pair0[j + 1]) ++j;
+      if (nsl[j] == 1) continue;
+      const RowJob& jb = jobs[j];
+      const int64_t pair = idx - pair0[j], s = ZigZag(pair / nkv, jb.S), g = pair % nkv;
+      for (int64_t h = 0; h < G; ++h) {
+        float M = -INFINITY, L = 0.0f;
+        for (int64_t c = 0; c < nsl[j]; ++c) {
+          const int64_t it = part0[j] + pair * nsl[j] + c;
+          Fold(part_m[it * G + h], part_l[it * G + h], part_o.data() + (it * G + h) * hd, hd, &M, &L, O.data());
         }
-        const float inv = static_cast<float>(1.0 / L);
-        for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+        float* dst = jb.out + (s * sh.n_heads + g * G + h) * hd;
+        const float inv = 1.0f / L;
+        for (int64_t d = 0; d < hd; ++d) dst[d] = O[d] * inv;
       }
     }
-  }
+  };
+  if (pool) pool->ParallelFor(pair0[nj], merge, 1);
+  else merge(0, pair0[nj]);
 }
 
 }  // namespace

@@ -374,29 +374,39 @@ HWY_INLINE V ExpNonPositive(V x) {
   return hn::IfThenElseZero(keep, hn::Mul(y, Pow2I(d, fx)));
 }
 
+// Every score goes through ExpNonPositive and lane t % N of the sum, the last partial vector too
+// (padded with -inf, whose exponential is 0): a row's result is the same whether its tile holds
+// only its own keys or also masked ones past them (attention.cc's one algorithm per row).
 void TileSoftmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* o, int64_t hdp) {
   const D d;
+  const int64_t full = n / N * N, tail = n - full;
+  alignas(64) float pad[N];
   for (int64_t r = 0; r < rows; ++r) {
     float* sr = s + r * lds;
+    std::fill(pad, pad + N, -INFINITY);
+    std::copy(sr + full, sr + n, pad);
     V mv = hn::Set(d, m[r]);
-    int64_t t = 0;
-    for (; t + N <= n; t += N) mv = hn::Max(mv, hn::LoadU(d, sr + t));
-    float mx = hn::GetLane(hn::MaxOfLanes(d, mv));
-    for (; t < n; ++t) mx = std::max(mx, sr[t]);
+    for (int64_t t = 0; t < full; t += N) mv = hn::Max(mv, hn::LoadU(d, sr + t));
+    if (tail > 0) mv = hn::Max(mv, hn::Load(d, pad));
+    const float mx = hn::GetLane(hn::MaxOfLanes(d, mv));
     if (mx == -INFINITY) {
       std::fill(sr, sr + n, 0.0f);
       continue;
     }
     const V mxv = hn::Set(d, mx);
     V sum = hn::Zero(d);
-    t = 0;
-    for (; t + N <= n; t += N) {
+    for (int64_t t = 0; t < full; t += N) {
       const V p = ExpNonPositive(hn::Sub(hn::LoadU(d, sr + t), mxv));
       hn::StoreU(p, d, sr + t);
       sum = hn::Add(sum, p);
     }
-    float total = HSum(sum);
-    for (; t < n; ++t) total += (sr[t] = std::exp(sr[t] - mx));
+    if (tail > 0) {
+      const V p = ExpNonPositive(hn::Sub(hn::Load(d, pad), mxv));
+      hn::Store(p, d, pad);
+      std::copy(pad, pad + tail, sr + full);
+      sum = hn::Add(sum, p);
+    }
+    const float total = HSum(sum);
     const float alpha = std::exp(m[r] - mx);
     m[r] = mx;
     l[r] = l[r] * alpha + total;

@@ -126,34 +126,6 @@ struct Q8QuadImpl {
 // chunk the nibbles are unpacked once and reused for the N activation rows; live registers are
 // the R*N int16 sums, the R*N float accumulators, the unpacked chunk and a few constants.
 struct Q4KImpl {
-  // GEMV tail (N == 1), per weight row and block, with fewer float ops than the general tail:
-  //  - the sub-block scales go into the widening madd (int16 lanes 2j, 2j+1 of s16 belong to
-  //    sub-block j, so madd with [sc_0, sc_0, sc_1, sc_1, ...] gives sc_j * isum_j exactly: at most
-  //    2 * 30480 * 255 < 2^24, so the convert is exact too);
-  //  - d and dmin are converted together and scaled by da in one 128-bit multiply;
-  //  - the min term sum_j mn_j * bsum_j is a 128-bit madd of the mins against the block sums,
-  //    accumulated in a separate 4-lane accumulator.
-  template <int R>
-  static void GemvTail(const BlockQ4K* const* w, const BlockA8K& a, int64_t b, const __m256i (&s16)[R][1],
-                       __m256 (&acc)[R][1], __m128 (&accm)[R]) {
-    const __m128 da = _mm_set1_ps(a.d);
-    const __m128i bs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsums));
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const BlockQ4K& blk = w[r][b];
-      uint32_t dd;
-      __builtin_memcpy(&dd, &blk.d, sizeof(dd));
-      const __m128 ddm = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd))), da);  // [d*da, dmin*da]
-      const __m128i sc8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.scales));
-      const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc8, sc8));
-      const __m256 isc = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[r][0], sc16));
-      acc[r][0] = _mm256_fmadd_ps(isc, _mm256_broadcastss_ps(ddm), acc[r][0]);
-      const __m128i mn16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.mins)));
-      const __m128 imn = _mm_cvtepi32_ps(_mm_madd_epi16(mn16, bs));
-      accm[r] = _mm_fnmadd_ps(imn, _mm_permute_ps(ddm, 0x55), accm[r]);
-    }
-  }
-
   template <int R, int N>
   static void Run(const TileArgs& t) {
     __m256 acc[R][N];
@@ -161,9 +133,6 @@ struct Q4KImpl {
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
-    __m128 accm[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) accm[r] = _mm_setzero_ps();
     const BlockQ4K* w[R];
     const BlockA8K* a[N];
     for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const BlockQ4K*>(t.w + r * t.w_stride);
@@ -194,28 +163,26 @@ struct Q4KImpl {
           }
         }
       }
-      if constexpr (N == 1) {
-        GemvTail<R>(w, a[0][b], b, s16, acc, accm);
-      } else {
-        __m256 dsc[R], dmn[R];
+      // One tail for every tile shape (the one-row GEMV too), so a row's sum does not depend on
+      // the tile it is computed in (tests/batch_invariance_test.cc).
+      __m256 dsc[R], dmn[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].scales)));
+        const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].mins)));
+        dsc[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(sc), _mm256_set1_ps(HalfToFloat(w[r][b].d)));
+        dmn[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(HalfToFloat(w[r][b].dmin)));
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < N; ++i) {
+        const __m256 da = _mm256_broadcast_ss(&a[i][b].d);
+        const __m256 bs = _mm256_cvtepi32_ps(
+            _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i][b].bsums))));
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
-          const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].scales)));
-          const __m256i mn = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r][b].mins)));
-          dsc[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(sc), _mm256_set1_ps(HalfToFloat(w[r][b].d)));
-          dmn[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(HalfToFloat(w[r][b].dmin)));
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < N; ++i) {
-          const __m256 da = _mm256_broadcast_ss(&a[i][b].d);
-          const __m256 bs = _mm256_cvtepi32_ps(
-              _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i][b].bsums))));
-#pragma GCC unroll 4
-          for (int r = 0; r < R; ++r) {
-            const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[r][i], ones));
-            const __m256 v = _mm256_fnmadd_ps(dmn[r], bs, _mm256_mul_ps(isum, dsc[r]));
-            acc[r][i] = _mm256_fmadd_ps(v, da, acc[r][i]);
-          }
+          const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[r][i], ones));
+          const __m256 v = _mm256_fnmadd_ps(dmn[r], bs, _mm256_mul_ps(isum, dsc[r]));
+          acc[r][i] = _mm256_fmadd_ps(v, da, acc[r][i]);
         }
       }
     }
@@ -223,9 +190,7 @@ struct Q4KImpl {
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
       for (int i = 0; i < N; ++i) {
-        float y = HSum(acc[r][i]);
-        if constexpr (N == 1) y += HSum(accm[r]);
-        Store(t, r, i, y);
+        Store(t, r, i, HSum(acc[r][i]));
       }
   }
 };
