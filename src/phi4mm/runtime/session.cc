@@ -85,6 +85,32 @@ Status Session::Sync(LoraMode mode, const std::string& tap_prefix) {
   return Status::Ok();
 }
 
+Status Session::Verify(LoraMode mode, std::span<const int32_t> draft) {
+  const Decoder& dec = model_->decoder();
+  const int64_t start = cache_.length(), before = static_cast<int64_t>(tokens_.size());
+  const int64_t n = before + static_cast<int64_t>(draft.size()) - start, H = dec.config().hidden_size;
+  // Generate only verifies right after a sampled id, on the cache's LoRA mode and rotary table.
+  if (n != 1 + static_cast<int64_t>(draft.size()) || mode != mode_ ||
+      dec.rotary().UseLong(before + static_cast<int64_t>(draft.size())) != cache_.long_rope())
+    return Internal("a draft can only follow one sampled id on the sequence's LoRA mode and rotary table");
+  tokens_.insert(tokens_.end(), draft.begin(), draft.end());
+  media_.at.resize(tokens_.size());
+  std::vector<float> embeds(static_cast<size_t>(n * H)), hidden(static_cast<size_t>(n * H));
+  std::vector<const float*> overrides;
+  media_.Overrides(start, n, H, &overrides);
+  Status st = model_->embedding().EmbedRows(std::span(tokens_).subspan(static_cast<size_t>(start)), overrides,
+                                            embeds.data());
+  tokens_.resize(static_cast<size_t>(before));
+  media_.at.resize(static_cast<size_t>(before));
+  PHI4MM_RETURN_IF_ERROR(st);
+  SeqChunk ch{embeds.data(), n, &cache_, mode, cache_.long_rope(), nullptr};
+  ch.all_hidden = hidden.data();
+  PHI4MM_RETURN_IF_ERROR(dec.Step(std::span(&ch, 1), model_->pool(), &scratch_));
+  verify_logits_.resize(static_cast<size_t>(n * dec.lm_head().rows()));
+  dec.LogitsRows(hidden.data(), n, verify_logits_.data(), model_->pool());
+  return Status::Ok();
+}
+
 Status Session::Append(std::span<const int32_t> ids, LoraMode mode, const MediaFeatures* media) {
   const int64_t ctx = model_->context_length();
   const int64_t total = static_cast<int64_t>(tokens_.size() + ids.size());
@@ -141,20 +167,64 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
   res.prompt_tokens = static_cast<int64_t>(tokens_.size()) - std::min<int64_t>(cached_before, tokens_.size());
 
   Sequence seq(*model_, opts, tokens_.size());
+  const Decoder& dec = model_->decoder();
+  const int64_t vocab = dec.lm_head().rows(), ctx = model_->context_length();
+  const bool speculate = opts.speculative.mode != SpeculativeMode::kNone && tap_ == nullptr;
+  DraftTuner tuner(opts.speculative.max_draft);
+  // The logits rows to take in order: one after a plain step; after a verify step, one per row,
+  // row i + 1 valid while the id sampled from row i equals draft[i].
+  std::span<float> rows = std::span(logits_);
+  std::vector<int32_t> draft;
   for (int64_t step = 1;; ++step) {
-    Sequence::Step st = seq.Next(std::span(logits_), &tokens_);
-    if (st.token >= 0) media_.at.emplace_back();
-    if (!st.error.ok()) return st.error;
-    if (st.stream && !st.text.empty() && on_text && !on_text(st.text)) st.finish = FinishReason::kCancelled;
-    if (st.finish) {
-      const std::string_view tail = seq.Finish(*st.finish);
-      if (!tail.empty() && on_text) on_text(tail);
-      break;
+    bool ended = false;
+    int64_t taken = 0;
+    for (int64_t i = 0; i * vocab < static_cast<int64_t>(rows.size()); ++i) {
+      Sequence::Step st = seq.Next(rows.subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab)), &tokens_);
+      if (st.token >= 0) media_.at.emplace_back();
+      if (!st.error.ok()) return st.error;
+      if (st.stream && !st.text.empty() && on_text && !on_text(st.text)) st.finish = FinishReason::kCancelled;
+      if (st.finish) {
+        const std::string_view tail = seq.Finish(*st.finish);
+        if (!tail.empty() && on_text) on_text(tail);
+        ended = true;
+        break;
+      }
+      if (i >= static_cast<int64_t>(draft.size()) || st.token != draft[static_cast<size_t>(i)]) break;
+      ++taken;
     }
-    // Feed the sampled token to get the next logits.
+    if (!draft.empty()) {
+      tuner.RecordDraft(static_cast<int>(draft.size()), static_cast<int>(taken));
+      res.accepted_draft_tokens += taken;
+    }
+    // The cache holds the rows of the verified draft; keep those the answer took (the last id
+    // sampled is not in it yet), also when the answer ends here (a next turn reuses the cache).
+    cache_.Truncate(std::min(cache_.length(), static_cast<int64_t>(tokens_.size()) - 1));
+    if (ended) break;
+    draft.clear();
+    if (speculate) {
+      // Drafts stay on the sequence's rotary table (a switch would recompute the sequence, which a
+      // one-row step would not do yet) and inside the context and the answer's budget.
+      const int64_t len = static_cast<int64_t>(tokens_.size());
+      int64_t cap = std::min<int64_t>(ctx - len, opts.max_new_tokens - static_cast<int64_t>(seq.result().tokens.size()) - 1);
+      if (dec.rotary().UseLong(len) != cache_.long_rope()) cap = 0;  // this step switches: plain
+      while (cap > 0 && dec.rotary().UseLong(len + cap) != dec.rotary().UseLong(len)) --cap;
+      const int k = tuner.DraftLength(static_cast<int>(std::clamp<int64_t>(cap, 0, kMaxDraft)));
+      if (k > 0)
+        draft = LookupDraft(tokens_, k, opts.speculative.min_ngram, opts.speculative.max_ngram);
+    }
+    // Feed the sampled id (and the draft after it) to get the next logits.
     auto ts = std::chrono::steady_clock::now();
-    PHI4MM_RETURN_IF_ERROR(Sync(mode, "step." + std::to_string(step) + "."));
-    res.decode_seconds += Seconds(ts, std::chrono::steady_clock::now());
+    if (draft.empty()) {
+      PHI4MM_RETURN_IF_ERROR(Sync(mode, "step." + std::to_string(step) + "."));
+      rows = std::span(logits_);
+    } else {
+      PHI4MM_RETURN_IF_ERROR(Verify(mode, draft));
+      rows = std::span(verify_logits_);
+      res.draft_tokens += static_cast<int64_t>(draft.size());
+    }
+    const double seconds = Seconds(ts, std::chrono::steady_clock::now());
+    if (speculate) tuner.RecordStep(1 + static_cast<int>(draft.size()), seconds);
+    res.decode_seconds += seconds;
     ++res.decode_steps;
   }
   GenerateResult& g = seq.result();

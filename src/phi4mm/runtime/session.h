@@ -20,6 +20,7 @@
 #include "phi4mm/runtime/model.h"
 #include "phi4mm/runtime/output_constraint.h"
 #include "phi4mm/runtime/sampler.h"
+#include "phi4mm/runtime/speculative.h"
 
 namespace phi4mm {
 
@@ -32,6 +33,7 @@ struct GenerateOptions {
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
   std::vector<int32_t> stop_ids;          // empty = generation_config.json's eos ids
   OutputConstraint constraint;            // the shape the answer must take (none: free text)
+  SpeculativeOptions speculative;         // drafts verified several tokens per step (speculative.h)
   // `vocab_size` > 0 also checks the logit-bias ids against the vocabulary.
   Status Validate(int64_t vocab_size = 0) const;
 };
@@ -47,6 +49,8 @@ struct GenerateResult {
   std::vector<TokenLogprobs> logprobs;
   // With an output constraint: the time its masks and token checks took (the grammar's cost).
   double constraint_seconds = 0;
+  // With speculation: ids drafted and verified, and how many of them the answer took.
+  int64_t draft_tokens = 0, accepted_draft_tokens = 0;
 };
 
 // Image and audio features for the placeholder tokens of a prompt: row k of `image` [n, hidden]
@@ -89,6 +93,10 @@ class Session {
 
  private:
   Status Sync(LoraMode mode, const std::string& tap_prefix);
+  // Runs `draft` after the sequence's not-yet-processed last id as one decoder step and leaves the
+  // logits of every row in verify_logits_ [1 + draft.size(), vocab]; the drafted ids are not kept
+  // in the sequence, their rows stay in the cache (the caller truncates it to what it accepts).
+  Status Verify(LoraMode mode, std::span<const int32_t> draft);
 
   std::shared_ptr<const Model> model_;
   KvCache cache_;
@@ -98,6 +106,7 @@ class Session {
   // the input embeddings.
   MediaRows media_;
   std::vector<float> logits_;
+  std::vector<float> verify_logits_;
   TensorTap* tap_ = nullptr;
   int64_t prefill_chunk_ = 512;
   DecoderScratch scratch_;
