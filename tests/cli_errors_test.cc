@@ -230,6 +230,20 @@ TEST(CliErrors, RunSucceedsOnTinyModel) {
   EXPECT_EQ(r.err.find("error"), std::string::npos) << Describe(r);
 }
 
+// --speculative ngram prints the same answer and reports its drafts; a bad mode is refused.
+TEST(CliErrors, SpeculativeRunPrintsTheSameAnswer) {
+  const std::vector<std::string> base = {"run", "-m", Orig(), "-p", "a b c a b c a b c", "-n", "40", "-v"};
+  std::vector<std::string> spec = base;
+  spec.insert(spec.end(), {"--speculative", "ngram", "--draft-max", "4"});
+  const CliResult plain = RunCli(base), fast = RunCli(spec);
+  ASSERT_EQ(plain.exit_code, 0) << Describe(plain);
+  ASSERT_EQ(fast.exit_code, 0) << Describe(fast);
+  EXPECT_EQ(fast.out, plain.out);
+  EXPECT_NE(fast.err.find("drafted tokens accepted"), std::string::npos) << fast.err;
+  ExpectCliError(RunCli({"run", "-m", Orig(), "-p", "hi", "--speculative", "eagle"}), {"--speculative", "eagle"}, 2);
+  ExpectCliError(RunCli({"run", "-m", Orig(), "-p", "hi", "--draft-max", "99"}), {"--draft-max"}, 2);
+}
+
 TEST(CliErrors, TokenizePrintsIds) {
   const CliResult r = RunCli({"tokenize", "-m", Orig(), "--text", "hello world"});
   ASSERT_FALSE(r.signaled) << Describe(r);

@@ -23,6 +23,14 @@ void GenerationFlags::Register(CLI::App* app) {
                                  "Answer with JSON that validates against this JSON Schema file (strict: objects hold "
                                  "only the listed properties unless additionalProperties says more)");
   app->add_flag("--json", json, "Answer with a JSON object")->excludes(schema);
+  app->add_option("--speculative", speculative,
+                  "none, or ngram: draft the next tokens from earlier text (prompt and answer) and verify them in "
+                  "one step; the answer is the same, faster when it copies from its context")
+      ->check(CLI::IsMember({"none", "ngram"}))
+      ->capture_default_str();
+  app->add_option("--draft-max", draft_max, "With --speculative ngram: drafted tokens per step, at most")
+      ->check(CLI::Range(1, kMaxDraft))
+      ->capture_default_str();
 }
 
 Status GenerationFlags::ApplyOutputFormat(const Model& model, GenerateOptions* opts) const {
@@ -51,6 +59,8 @@ GenerateOptions GenerationFlags::ToOptions() const {
   o.sampling.repetition_penalty = repeat_penalty;
   o.sampling.seed = seed;
   o.stop_strings = stop;
+  o.speculative.mode = ParseSpeculativeMode(speculative).value_or(SpeculativeMode::kNone);
+  o.speculative.max_draft = draft_max;
   return o;
 }
 
@@ -144,8 +154,13 @@ void PrintTimings(const GenerateResult& r) {
   const double pre = r.prefill_seconds, dec = r.decode_seconds;
   std::fprintf(stderr, "[phi4mm] prompt %lld tokens in %.3f s (%.2f tok/s); generated %zu tokens, %lld decode steps in %.3f s (%.2f tok/s); finish: %s\n",
                static_cast<long long>(r.prompt_tokens), pre, pre > 0 ? r.prompt_tokens / pre : 0.0, r.tokens.size(),
-               static_cast<long long>(r.decode_steps), dec, dec > 0 ? r.decode_steps / dec : 0.0,
+               static_cast<long long>(r.decode_steps), dec,
+               dec > 0 && !r.tokens.empty() ? static_cast<double>(r.tokens.size() - 1) / dec : 0.0,
                FinishReasonName(r.finish));
+  if (r.draft_tokens > 0)
+    std::fprintf(stderr, "[phi4mm] speculative: %lld of %lld drafted tokens accepted; %.2f tokens per decode step\n",
+                 static_cast<long long>(r.accepted_draft_tokens), static_cast<long long>(r.draft_tokens),
+                 r.decode_steps > 0 ? static_cast<double>(r.tokens.size() - 1) / r.decode_steps : 0.0);
 }
 
 void NpyDumper::Tap(const std::string& name, const float* data, const std::vector<int64_t>& shape) {

@@ -25,6 +25,8 @@ struct GenerationFlags {
   std::vector<std::string> stop;
   std::string json_schema;  // --json-schema FILE: the answer is JSON following it
   bool json = false;        // --json: the answer is a JSON object
+  std::string speculative = "none";  // --speculative none|ngram
+  int draft_max = 8;                 // --draft-max: drafted ids per verify step, at most
   void Register(CLI::App* app);
   GenerateOptions ToOptions() const;
   // Compiles --json-schema / --json with the model's grammar compiler into opts->constraint.
