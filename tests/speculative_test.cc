@@ -34,35 +34,60 @@ TEST(SpeculativeLookup, TakesWhatFollowedTheLatestLongestMatch) {
   EXPECT_TRUE(LookupDraft(std::vector<int32_t>{}, 4, 1, 3).empty());
 }
 
+TEST(SpeculativeLookup, PredictionFirstThenTheContext) {
+  SpeculativeOptions o;
+  o.prediction = {10, 11, 12, 13, 14, 15};
+  const std::vector<int32_t> prompt = {1, 2, 3, 1, 2};
+  // An empty answer drafts the prediction's start; then what follows the answer's tail in it.
+  EXPECT_EQ(Draft(o, prompt, prompt.size(), 3), (std::vector<int32_t>{10, 11, 12}));
+  std::vector<int32_t> t = prompt;
+  t.insert(t.end(), {10, 11, 12});
+  EXPECT_EQ(Draft(o, t, prompt.size(), 2), (std::vector<int32_t>{13, 14}));
+  // The answer left the prediction: nothing from it; mode none drafts nothing else, ngram looks
+  // in the sequence.
+  t.push_back(99);
+  EXPECT_TRUE(Draft(o, t, prompt.size(), 4).empty());
+  o.mode = SpeculativeMode::kNgram;
+  const std::vector<int32_t> again = {1, 2, 3, 1, 2};
+  EXPECT_EQ(Draft(o, again, again.size(), 4), (std::vector<int32_t>{10, 11, 12, 13}));
+  o.prediction.clear();
+  EXPECT_EQ(Draft(o, again, again.size(), 4), (std::vector<int32_t>{3, 1, 2}));
+  EXPECT_TRUE(Draft(o, again, again.size(), 0).empty());
+  EXPECT_FALSE(SpeculativeOptions{}.on());
+}
+
 TEST(SpeculativeTuner, DraftsWhenItPaysAndProbesWhenItDoesNot) {
-  // Cheap verify steps (8 rows cost 1.3 one-row steps) and drafts mostly accepted: long drafts.
+  // Cheap verify steps (8 more rows cost 0.3 one-row steps) and drafts mostly accepted: long drafts.
+  StepCosts cheap_steps;
+  for (int n = 1; n <= 9; ++n) cheap_steps.Record(n, 1.0 + 0.3 * (n - 1) / 8.0);
   DraftTuner cheap(8);
-  cheap.RecordStep(1, 1.0);
-  for (int n = 2; n <= 9; ++n) cheap.RecordStep(n, 1.0 + 0.3 * (n - 1) / 8.0);
   for (int i = 0; i < 20; ++i) cheap.RecordDraft(8, 7);
   EXPECT_GT(cheap.acceptance(), 0.8);
-  EXPECT_GE(cheap.DraftLength(8), 6);
-  EXPECT_LE(cheap.DraftLength(3), 3);
+  EXPECT_GE(cheap.DraftLength(8, cheap_steps), 6);
+  EXPECT_LE(cheap.DraftLength(3, cheap_steps), 3);
   // The same steps, drafts always rejected: off, with a probe of at most 2 every 16th step.
   DraftTuner rejected(8);
-  rejected.RecordStep(1, 1.0);
-  for (int n = 2; n <= 9; ++n) rejected.RecordStep(n, 1.0 + 0.3 * (n - 1) / 8.0);
   for (int i = 0; i < 20; ++i) rejected.RecordDraft(4, 0);
   EXPECT_LT(rejected.acceptance(), 0.1);
   int drafted = 0;
   for (int i = 0; i < 32; ++i) {
-    const int k = rejected.DraftLength(8);
+    const int k = rejected.DraftLength(8, cheap_steps);
     EXPECT_LE(k, 2);
     drafted += k > 0;
   }
   EXPECT_EQ(drafted, 2);
   // Steps that cost as many one-row steps as they have rows never pay, whatever the acceptance.
+  StepCosts steep_steps;
+  for (int n = 1; n <= 12; ++n) steep_steps.Record(n, 1.0 * n);
   DraftTuner steep(8);
-  for (int n = 1; n <= 9; ++n) steep.RecordStep(n, 1.0 * n);
   for (int i = 0; i < 20; ++i) steep.RecordDraft(8, 6);
-  EXPECT_EQ(steep.DraftLength(8), 0);
-  EXPECT_EQ(DraftTuner(0).DraftLength(8), 0);
-  EXPECT_EQ(cheap.DraftLength(0), 0);
+  EXPECT_EQ(steep.DraftLength(8, steep_steps), 0);
+  // Relative to a step of 4 rows: 4 -> 12 rows costs 3x, no gain either.
+  EXPECT_EQ(steep.DraftLength(8, steep_steps, 4), 0);
+  // A step already full of rows gets no drafts.
+  EXPECT_EQ(cheap.DraftLength(8, cheap_steps, StepCosts::kMaxRows), 0);
+  EXPECT_EQ(DraftTuner(0).DraftLength(8, cheap_steps), 0);
+  EXPECT_EQ(cheap.DraftLength(0, cheap_steps), 0);
 }
 
 struct Case {

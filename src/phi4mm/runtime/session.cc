@@ -169,8 +169,10 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
   Sequence seq(*model_, opts, tokens_.size());
   const Decoder& dec = model_->decoder();
   const int64_t vocab = dec.lm_head().rows(), ctx = model_->context_length();
-  const bool speculate = opts.speculative.mode != SpeculativeMode::kNone && tap_ == nullptr;
+  const bool speculate = opts.speculative.on() && tap_ == nullptr;
+  const size_t answer_begin = tokens_.size();
   DraftTuner tuner(opts.speculative.max_draft);
+  StepCosts costs;
   // The logits rows to take in order: one after a plain step; after a verify step, one per row,
   // row i + 1 valid while the id sampled from row i equals draft[i].
   std::span<float> rows = std::span(logits_);
@@ -208,9 +210,8 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
       int64_t cap = std::min<int64_t>(ctx - len, opts.max_new_tokens - static_cast<int64_t>(seq.result().tokens.size()) - 1);
       if (dec.rotary().UseLong(len) != cache_.long_rope()) cap = 0;  // this step switches: plain
       while (cap > 0 && dec.rotary().UseLong(len + cap) != dec.rotary().UseLong(len)) --cap;
-      const int k = tuner.DraftLength(static_cast<int>(std::clamp<int64_t>(cap, 0, kMaxDraft)));
-      if (k > 0)
-        draft = LookupDraft(tokens_, k, opts.speculative.min_ngram, opts.speculative.max_ngram);
+      const int k = tuner.DraftLength(static_cast<int>(std::clamp<int64_t>(cap, 0, kMaxDraft)), costs);
+      draft = Draft(opts.speculative, tokens_, answer_begin, k);
     }
     // Feed the sampled id (and the draft after it) to get the next logits.
     auto ts = std::chrono::steady_clock::now();
@@ -223,7 +224,7 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
       res.draft_tokens += static_cast<int64_t>(draft.size());
     }
     const double seconds = Seconds(ts, std::chrono::steady_clock::now());
-    if (speculate) tuner.RecordStep(1 + static_cast<int>(draft.size()), seconds);
+    if (speculate) costs.Record(1 + static_cast<int64_t>(draft.size()), seconds);
     res.decode_seconds += seconds;
     ++res.decode_steps;
   }

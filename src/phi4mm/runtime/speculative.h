@@ -28,26 +28,50 @@ struct SpeculativeOptions {
   int max_draft = 8;  // drafted tokens per verify step, at most (kMaxDraft)
   int min_ngram = 1;  // the lookup matches the last n tokens, n from max_ngram down to min_ngram
   int max_ngram = 3;
+  // The answer the caller expects, as token ids (OpenAI's `prediction`): drafts come from it
+  // first, whatever `mode` says.
+  std::vector<int32_t> prediction;
+  bool on() const { return mode != SpeculativeMode::kNone || !prediction.empty(); }
 };
 inline constexpr int kMaxDraft = 16;
 
 // Up to `max_draft` ids that followed the latest earlier occurrence of the last n ids of
 // `tokens`, for the largest n in [min_ngram, max_ngram] that has one; empty when none does.
 std::vector<int32_t> LookupDraft(std::span<const int32_t> tokens, int max_draft, int min_ngram, int max_ngram);
+// The same search for the tail of `tokens` in `source` (any occurrence, the latest first).
+std::vector<int32_t> LookupDraftIn(std::span<const int32_t> source, std::span<const int32_t> tokens, int max_draft,
+                                   int min_ngram, int max_ngram);
+
+// The draft for the next step of an answer that starts at `answer_begin` of `tokens`: from the
+// prediction (its start while the answer is empty, else what follows the answer's tail in it),
+// else, with mode ngram, from the prompt and answer (LookupDraft).
+std::vector<int32_t> Draft(const SpeculativeOptions& o, std::span<const int32_t> tokens, size_t answer_begin,
+                           int max_draft);
+
+// Running mean time of a decoder step by its row count, for steps of up to kMaxRows rows.
+class StepCosts {
+ public:
+  static constexpr int kMaxRows = 64;
+  void Record(int64_t rows, double seconds);
+  double Seconds(int64_t rows) const { return rows >= 1 && rows <= kMaxRows ? mean_[static_cast<size_t>(rows)] : 0; }
+
+ private:
+  std::array<double, kMaxRows + 1> mean_{};  // 0: not measured
+};
 
 // Chooses how many drafted ids a step verifies. Each drafted id is taken as accepted with the
 // running rate a (successes / trials, halved in weight every 32 trials), so k drafts commit
-// E(k) = 1 + a + ... + a^k tokens; a step of n rows costs c(n) = T(n) / T(1), the running means of
-// the measured step times. The tuner returns the k in [1, cap] with the largest E(k) / c(k + 1),
-// or 0 (a plain one-row step) when no k gains 5 % over it. Row counts not yet measured are
-// assumed to cost what a one-row step costs, so each is tried once; while speculation is off, every
-// 16th step still drafts (cap 2) to follow the acceptance rate.
+// E(k) = 1 + a + ... + a^k tokens; adding k rows to a step of `base` rows (one of them this
+// request's) costs c = T(base + k) / T(base), from StepCosts, so the step's tokens per unit of
+// time change by (base - 1 + E(k)) / (base * c). The tuner returns the k in [1, cap] with the
+// largest change, or 0 (no draft) when no k gains 5 %. A row count not yet measured is
+// assumed to cost what the base costs, so each gets tried; steps past StepCosts::kMaxRows rows
+// (already full of rows) get no drafts; while speculation does not pay, every 16th step still
+// drafts (cap 2) to follow the acceptance rate.
 class DraftTuner {
  public:
   explicit DraftTuner(int max_draft);
-  int DraftLength(int cap);
-  // A step of `rows` rows (1: plain decode; 1 + drafted: a verify step) took `seconds`.
-  void RecordStep(int rows, double seconds);
+  int DraftLength(int cap, const StepCosts& costs, int64_t base = 1);
   // A verify step drafted `drafted` ids, of which the first `accepted` were accepted.
   void RecordDraft(int drafted, int accepted);
   double acceptance() const { return successes_ / std::max(1e-9, trials_); }
@@ -55,7 +79,6 @@ class DraftTuner {
  private:
   int max_draft_;
   double successes_ = 1.0, trials_ = 2.0;  // a prior of one in two
-  std::array<double, kMaxDraft + 2> step_seconds_{};  // running mean per row count (0: not measured)
   int plain_since_probe_ = 0;
 };
 
