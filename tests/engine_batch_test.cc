@@ -110,7 +110,7 @@ Outcome Alone(const std::shared_ptr<const Model>& model, const Case& c) {
 
 // Runs the cases together in one engine and returns each one's run.
 std::vector<Outcome> Together(const std::shared_ptr<const Model>& model, const std::vector<Case>& cases,
-                          int64_t prefill_chunk) {
+                          int64_t prefill_chunk, bool speculate = false, EngineStats* stats = nullptr) {
   EngineOptions eo;
   eo.max_running = 8;
   eo.prefill_chunk = prefill_chunk;
@@ -125,6 +125,7 @@ std::vector<Outcome> Together(const std::shared_ptr<const Model>& model, const s
     req.media = cases[i].media;
     req.generate.max_new_tokens = cases[i].max_new;
     req.generate.sampling = cases[i].sampling;
+    if (speculate) req.generate.speculative.mode = SpeculativeMode::kNgram;
     Outcome* run = &runs[i];
     req.on_logits = [run](std::span<const float> l) { run->logits.emplace_back(l.begin(), l.end()); };
     auto h = (*engine)->Submit(std::move(req));
@@ -140,6 +141,7 @@ std::vector<Outcome> Together(const std::shared_ptr<const Model>& model, const s
   }
   const EngineStats st = (*engine)->stats();
   EXPECT_EQ(st.kv_reserved_bytes, 0);
+  if (stats) *stats = st;
   return runs;
 }
 
@@ -180,6 +182,35 @@ TEST_P(EngineBatch, EveryRequestEqualsRunningItAlone) {
   const int64_t switch_at = model->config().text.original_max_position_embeddings;
   EXPECT_LT(alone[0].prompt_len, switch_at);
   EXPECT_GT(alone[0].prompt_len + static_cast<int64_t>(alone[0].tokens.size()), switch_at + 1);
+}
+
+// With speculation (prompt lookup) in the engine: the same tokens and, row by row, the same
+// logits as each request alone without it, in batches of 1, 3 and 8 beside prefill chunks; and
+// drafts were verified and taken.
+TEST_P(EngineBatch, SpeculativeRequestsEqualRunningAloneWithout) {
+  auto model = test::TinyModel(GetParam());
+  std::vector<Case> cases = Cases();
+  for (Case& c : cases) c.max_new = 24;
+  std::vector<Outcome> alone;
+  for (const Case& c : cases) alone.push_back(Alone(model, c));
+  EngineStats st;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<Outcome> one = Together(model, {cases[i]}, 7, true);
+    ExpectSame(one[0], alone[i], GetParam() + " speculative batch of 1: " + cases[i].name);
+  }
+  const std::vector<Case> three = {cases[0], cases[2], cases[3]};
+  const std::vector<Outcome> r3 = Together(model, three, 7, true);
+  ExpectSame(r3[0], alone[0], GetParam() + " speculative batch of 3: " + cases[0].name);
+  ExpectSame(r3[1], alone[2], GetParam() + " speculative batch of 3: " + cases[2].name);
+  ExpectSame(r3[2], alone[3], GetParam() + " speculative batch of 3: " + cases[3].name);
+  const std::vector<Outcome> r8 = Together(model, cases, 7, true, &st);
+  for (size_t i = 0; i < cases.size(); ++i)
+    ExpectSame(r8[i], alone[i], GetParam() + " speculative batch of 8: " + cases[i].name);
+  EXPECT_GT(st.draft_tokens, 0);
+  EXPECT_GT(st.accepted_draft_tokens, 0);
+  EXPECT_LT(st.decode_rows - st.draft_tokens, st.decode_rows);
+  std::printf("[speculative] %s, 8 requests: %lld of %lld drafted ids accepted\n", GetParam().c_str(),
+              static_cast<long long>(st.accepted_draft_tokens), static_cast<long long>(st.draft_tokens));
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, EngineBatch, ::testing::Values("orig", "native"));

@@ -1,6 +1,7 @@
 // The engine's scheduling policy (runtime/schedule.h) on described requests alone, no model:
 // admission order and the spare block, growth and preemption of the youngest admission, the rows
-// of a step within the prefill budget, the LongRoPE re-prefill and the encoder's turn.
+// of a step within the prefill budget (and a speculative draft's rows), the LongRoPE re-prefill and
+// the encoder's turn.
 #include "phi4mm/runtime/schedule.h"
 
 #include <gtest/gtest.h>
@@ -147,6 +148,22 @@ TEST(Schedule, AStepTakesEveryDecodeRowThenPromptChunksWithinThePrefillBudget) {
   EXPECT_EQ(p.rows[2].n, 20);
   EXPECT_TRUE(p.rows[2].logits);
   EXPECT_EQ(p.prefill_rows, 120);
+}
+
+TEST(Schedule, ADraftRidesOnItsDecodeRowWithEveryRowsLogits) {
+  std::vector<Request> running = {Running(Phase::kDecoding, 20, 19, 32, 1), Running(Phase::kDecoding, 40, 39, 48, 2),
+                                  Running(Phase::kPrefilling, 30, 0, 32, 3)};
+  running[1].draft = 5;
+  const StepPlan p = PlanStep(running, Budget(1 << 20, 0, 8, 64));
+  ASSERT_EQ(p.rows.size(), 3u);
+  EXPECT_EQ(p.rows[0].n, 1);
+  EXPECT_FALSE(p.rows[0].every_row);
+  EXPECT_EQ(p.rows[1].index, 1u);
+  EXPECT_EQ(p.rows[1].n, 6);  // its last id and the draft
+  EXPECT_TRUE(p.rows[1].logits);
+  EXPECT_TRUE(p.rows[1].every_row);
+  EXPECT_FALSE(p.rows[2].every_row);
+  EXPECT_EQ(p.prefill_rows, 30);  // drafts are decode rows, outside the prefill budget
 }
 
 TEST(Schedule, ADecodingRequestPastTheLongRopeThresholdIsRecomputedNotStepped) {

@@ -142,6 +142,9 @@ struct EngineStats {
   std::array<int64_t, 3> running_by_mode{}, waiting_by_mode{};
   int64_t kv_reserved_bytes = 0, kv_budget_bytes = 0;
   int64_t steps = 0, batch_rows = 0, prefill_rows = 0, decode_rows = 0;
+  // Speculative decoding: drafted ids verified (their rows are in decode_rows), and of them those
+  // the answers took.
+  int64_t draft_tokens = 0, accepted_draft_tokens = 0;
   std::array<int64_t, 3> rows_by_mode{};  // batch rows by LoRA mode, in LoraMode order (none, vision, speech)
   // Decoder steps by rows: step_rows[i] counts the steps of at most kStepRowBounds[i] rows and more
   // than the bound before it; the last entry, the steps of more rows than the largest bound.

@@ -68,6 +68,8 @@ struct Seq {
   std::variant<std::monostate, VisionEncodeJob, SpeechEncodeJob> job;
   double job_seconds = 0;  // engine-thread time the running job's slices took so far
   std::optional<Sequence> answer;  // the answer's token loop: sampler, constraint, stops, text
+  std::vector<int32_t> draft;      // ids this step verifies after the next row (speculative.h)
+  std::optional<DraftTuner> tuner;
   RequestResult result;           // result.generation is filled from `answer` when the request ends
   Clock::time_point submitted, admitted, first_token;
   int64_t admission = 0;  // the latest admission's number (preemption takes the latest first)
@@ -96,6 +98,8 @@ struct State {
   std::vector<std::unique_ptr<Seq>> running;
   DecoderScratch scratch;
   std::vector<float> embeds, hidden, logits;
+  std::vector<int32_t> ids;  // a verify step's rows: the request's last id and its draft
+  StepCosts step_costs;      // decode-only steps, for the draft tuners
   int64_t admissions = 0;
   // While a step delivers its tokens, the requests it completes are told so only after the step's
   // counters are in (so a caller that waits for its answers and then reads stats() sees the step).

@@ -65,7 +65,7 @@ StepPlan PlanStep(std::span<const Request> running, const Limits& l) {
     const Request& r = running[i];
     if (r.phase != Phase::kDecoding) continue;
     if (!r.long_rope && r.wants_long_rope) plan.long_rope_restart.push_back(i);
-    else plan.rows.push_back({i, 1, true});
+    else plan.rows.push_back({i, 1 + r.draft, true, r.draft > 0});
   }
   int64_t budget = l.prefill_chunk;
   for (size_t i = 0; i < running.size() && budget > 0; ++i) {

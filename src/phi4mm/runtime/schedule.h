@@ -27,6 +27,7 @@ struct Request {
   bool wants_long_rope = false; // its length asks for the long table (RotaryTables::UseLong)
   bool may_start = true;        // queued: false while it waits for the prompt a leader shares
   int64_t admission = 0;        // running: when it was last admitted (larger = younger)
+  int64_t draft = 0;            // decoding: drafted ids to verify after its next row (speculative.h)
 };
 
 struct Limits {
@@ -61,8 +62,9 @@ std::vector<RoomAction> MakeRoom(std::span<const Request> running, const Limits&
 
 struct StepRows {
   size_t index = 0;
-  int64_t n = 0;        // rows from the request's cache length on
-  bool logits = false;  // its last row's logits are wanted (a decode row, or a prompt's end)
+  int64_t n = 0;           // rows from the request's cache length on
+  bool logits = false;     // its last row's logits are wanted (a decode row, or a prompt's end)
+  bool every_row = false;  // the logits of all n rows (a decode row and its draft)
 };
 struct StepPlan {
   // Decoding requests that just passed the long table's threshold: their caches are dropped and

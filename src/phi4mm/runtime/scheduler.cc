@@ -48,7 +48,8 @@ void Complete(State& st, Seq& s, FinishReason reason, Status status = Status::Ok
   g = std::move(s.answer->result());
   if (status.ok()) {
     if (!tail.empty() && s.req.on_event) s.req.on_event(StreamEvent{tail, -1});
-    InsertPrefix(st, s, s.cache.length());
+    // The rows of its tokens (a verify step's cache may hold rows of drafted ids past them).
+    InsertPrefix(st, s, std::min(s.cache.length(), static_cast<int64_t>(s.tokens.size()) - 1));
   }
   PublishPrompt(s);
   s.cache = KvCache();
@@ -128,6 +129,7 @@ schedule::Request Describe(const Decoder& dec, const Seq& s) {
   r.wants_long_rope = dec.rotary().UseLong(r.tokens);
   r.may_start = !s.req.prompt_share || s.req.share_leader || s.req.prompt_share->published || s.preemptions > 0;
   r.admission = s.admission;
+  r.draft = static_cast<int64_t>(s.draft.size());
   return r;
 }
 template <class Seqs>
@@ -322,10 +324,55 @@ void OnLogits(State& st, Seq& s, float* logits, int64_t vocab) {
   if (step.finish) Complete(st, s, *step.finish);
 }
 
+// Drafts for the decoding requests that speculate (their own options): as long as the room
+// already reserved, the context and the answer's budget allow, on the rotary table the sequence
+// has (a switch would recompute it), of the length each one's tuner picks for a step of this many
+// rows (speculative.h).
+void ChooseDrafts(const Model& m, State& st) {
+  const Decoder& dec = m.decoder();
+  int64_t base = 0;
+  for (const auto& sp : st.running) base += !sp->finished && sp->phase == Phase::kDecoding;
+  for (const auto& sp : st.running) {
+    Seq& s = *sp;
+    s.draft.clear();
+    const SpeculativeOptions& spec = s.req.generate.speculative;
+    if (s.finished || s.phase != Phase::kDecoding || !spec.on()) continue;
+    const int64_t len = static_cast<int64_t>(s.tokens.size());
+    if (s.cache.length() != len - 1 || s.long_rope != dec.rotary().UseLong(len)) continue;
+    const int64_t generated = len - static_cast<int64_t>(s.prompt.ids.size());
+    int64_t cap = std::min({s.positions - len, m.context_length() - len, s.req.generate.max_new_tokens - generated - 1});
+    while (cap > 0 && dec.rotary().UseLong(len + cap) != dec.rotary().UseLong(len)) --cap;
+    if (!s.tuner) s.tuner.emplace(spec.max_draft);
+    const int k = s.tuner->DraftLength(static_cast<int>(std::clamp<int64_t>(cap, 0, kMaxDraft)), st.step_costs, base);
+    s.draft = Draft(spec, s.tokens, s.prompt.ids.size(), k);
+    base += static_cast<int64_t>(s.draft.size());
+  }
+}
+
+// Takes the rows of a verify step in order while each sampled id equals the drafted one; the
+// cache keeps the rows of what was taken.
+void OnDraftLogits(State& st, Seq& s, float* logits, int64_t rows, int64_t vocab) {
+  const int drafted = static_cast<int>(s.draft.size());
+  s.answer->result().draft_tokens += drafted;
+  int taken = 0;
+  for (int64_t i = 0; i < rows && !s.finished; ++i) {
+    OnLogits(st, s, logits + i * vocab, vocab);
+    if (s.finished || i >= drafted || s.tokens.back() != s.draft[static_cast<size_t>(i)]) break;
+    ++taken;
+    ++s.answer->result().accepted_draft_tokens;
+  }
+  if (!s.finished) s.cache.Truncate(static_cast<int64_t>(s.tokens.size()) - 1);
+  s.tuner->RecordDraft(drafted, taken);
+  std::lock_guard<std::mutex> l(st.mu);
+  st.counters.draft_tokens += drafted;
+  st.counters.accepted_draft_tokens += taken;
+}
+
 // One batched decoder step; false when no request had rows to run.
 bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   const Decoder& dec = m.decoder();
   const int64_t H = dec.config().hidden_size;
+  ChooseDrafts(m, st);
   const schedule::StepPlan plan = schedule::PlanStep(Describe(m, st.running), Limits(m, o, st));
   for (size_t i : plan.long_rope_restart) {
     // The sequence passed original_max_position_embeddings: recompute it with the long table, as
@@ -343,7 +390,7 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   int64_t R = 0, with_logits = 0;
   for (const schedule::StepRows& r : rows) {
     R += r.n;
-    with_logits += r.logits;
+    with_logits += r.every_row ? r.n : r.logits;
   }
   st.embeds.resize(static_cast<size_t>(R * H));
   st.hidden.resize(static_cast<size_t>(with_logits * H));
@@ -356,13 +403,21 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
     const int64_t start = s.cache.length();
     s.media.Overrides(start, r.n, H, &overrides);
     float* e = st.embeds.data() + off * H;
-    if (Status es = m.embedding().EmbedRows(std::span(s.tokens).subspan(start, r.n), overrides, e); !es.ok()) {
+    std::span<const int32_t> ids = std::span(s.tokens).subspan(start);
+    if (r.every_row) {  // the last id and the draft after it
+      st.ids.assign(ids.begin(), ids.end());
+      st.ids.insert(st.ids.end(), s.draft.begin(), s.draft.end());
+      ids = st.ids;
+    }
+    if (Status es = m.embedding().EmbedRows(ids.subspan(0, r.n), overrides, e); !es.ok()) {
       Complete(st, s, FinishReason::kCancelled, es);
       continue;
     }
-    chunks.push_back({e, r.n, &s.cache, s.prompt.mode, s.long_rope, r.logits ? st.hidden.data() + li * H : nullptr});
+    SeqChunk ch{e, r.n, &s.cache, s.prompt.mode, s.long_rope, r.logits ? st.hidden.data() + li * H : nullptr};
+    if (r.every_row) std::swap(ch.last_hidden, ch.all_hidden);
+    chunks.push_back(ch);
     mode_rows[static_cast<size_t>(s.prompt.mode)] += r.n;
-    li += r.logits;
+    li += r.every_row ? r.n : r.logits;
     off += r.n;
   }
   // Profiling: decode-only steps, when the options ask for it.
@@ -370,7 +425,7 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   const bool profile = o.profile_steps && prefill == 0;
   DecoderStepTimes times;
   st.scratch.times = profile ? &times : nullptr;
-  const Clock::time_point t0 = profile ? Clock::now() : Clock::time_point{};
+  const Clock::time_point t0 = Clock::now();
   if (Status ss = dec.Step(chunks, m.pool(), &st.scratch); !ss.ok()) {
     st.scratch.times = nullptr;
     for (const schedule::StepRows& r : rows) Complete(st, seq(r), FinishReason::kCancelled, ss.WithContext("decoder step"));
@@ -383,13 +438,19 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
     st.logits.resize(static_cast<size_t>(with_logits * V));
     dec.LogitsRows(st.hidden.data(), with_logits, st.logits.data(), m.pool());
   }
-  const Clock::time_point t1 = profile ? Clock::now() : Clock::time_point{};
+  const Clock::time_point t1 = Clock::now();
+  // Decode-only steps (their cost by rows, for the draft tuners).
+  if (prefill == 0) st.step_costs.Record(R, std::chrono::duration<double>(t1 - t0).count());
   li = 0;
   st.defer_done = true;  // answered after the counters below
   for (const schedule::StepRows& r : rows) {
-    if (!r.logits || seq(r).finished) continue;
-    OnLogits(st, seq(r), st.logits.data() + li * V, V);
-    ++li;
+    if (!r.logits) continue;
+    const int64_t n = r.every_row ? r.n : 1;
+    if (!seq(r).finished) {
+      if (r.every_row) OnDraftLogits(st, seq(r), st.logits.data() + li * V, n, V);
+      else OnLogits(st, seq(r), st.logits.data() + li * V, V);
+    }
+    li += n;
   }
   {
     std::lock_guard<std::mutex> l(st.mu);
