@@ -245,7 +245,7 @@ Status RefuseUnimplementedText(const json& j, const std::string& label, Checkpoi
                        "checkpoint has 262144)");
   // The original code derives head_dim = hidden_size / num_attention_heads and reads no head_dim key.
   if (layout == CheckpointLayout::kOriginal && r.has("head_dim") && t.num_attention_heads > 0 &&
-      t.head_dim * t.num_attention_heads != t.hidden_size)
+      (t.hidden_size % t.num_attention_heads != 0 || t.head_dim != t.hidden_size / t.num_attention_heads))
     return Unsupported(label + ": 'head_dim' = " + std::to_string(t.head_dim) +
                        " differs from hidden_size / num_attention_heads = " + std::to_string(t.hidden_size) + " / " +
                        std::to_string(t.num_attention_heads) +
