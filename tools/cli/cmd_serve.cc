@@ -50,6 +50,15 @@ void ServeFlags::Register(CLI::App* app) {
   app->add_option("--max-media-mb", max_media_mb, "Largest image or audio item, encoded (413 beyond)")
       ->capture_default_str();
   app->add_option("--max-images", max_images, "Images per request")->capture_default_str();
+  app->add_option("--speculative", speculative,
+                  "Speculative decoding for requests that do not choose (their \"speculative\" field): none, or ngram "
+                  "(drafts from earlier text, verified in one step; the same answers). A request's \"prediction\" "
+                  "drafts from its content either way")
+      ->check(CLI::IsMember({"none", "ngram"}))
+      ->capture_default_str();
+  app->add_option("--draft-max", draft_max, "Drafted tokens per verify step, at most")
+      ->check(CLI::Range(1, kMaxDraft))
+      ->capture_default_str();
   app->add_option("--max-audios", max_audios, "Audio clips per request")->capture_default_str();
   app->add_option("--max-image-pixels", max_image_pixels, "Largest image (width x height), checked from the header")
       ->capture_default_str();
@@ -212,6 +221,8 @@ int ServeCommand(const ServeFlags& f) {
   so.limits.media.media_dir = f.media_dir;
   so.limits.max_images = f.max_images;
   so.limits.max_audios = f.max_audios;
+  so.limits.speculative = ParseSpeculativeMode(f.speculative).value_or(SpeculativeMode::kNone);
+  so.limits.draft_max = f.draft_max;
   so.limits.dynamic_hd = f.dynamic_hd;
   so.limits.max_dynamic_hd = f.max_dynamic_hd;
   so.limits.default_max_tokens = f.default_max_tokens;

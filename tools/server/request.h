@@ -28,6 +28,9 @@ struct ServerLimits {
   int64_t max_stop_strings = 8;
   int64_t max_choices = 16;    // `n`
   int max_json_depth = 64;
+  // Speculative decoding for requests that do not choose (serve --speculative, --draft-max).
+  SpeculativeMode speculative = SpeculativeMode::kNone;
+  int draft_max = 8;
 };
 
 // What the parser needs to know about the loaded model.
@@ -64,6 +67,9 @@ struct ParsedRequest {
   int64_t dynamic_hd = 0;       // the crop limit the images use
   int64_t n = 1;                // choices: one engine request each, sharing the prompt's prefill
   std::vector<std::string> ignored_fields;
+  // OpenAI's `prediction` content (Predicted Outputs): tokenized into
+  // engine.generate.speculative.prediction by ApplyPrediction.
+  std::optional<std::string> prediction;
   // The media parts in order of appearance (engine.media is filled from them once decoded).
   std::vector<MediaSource> media_sources;
 };
@@ -78,5 +84,7 @@ ApiError ParseCompletionRequest(const nlohmann::ordered_json& body, const Server
 // out->engine.generate.constraint: a 400 naming the field and the JSON pointer of what cannot be
 // honoured, or when this build has no grammar engine.
 ApiError CompileOutput(const Model& model, ParsedRequest* out);
+// Tokenizes out->prediction (when given) for the engine's drafts; a 400 when it is too long.
+ApiError ApplyPrediction(const Model& model, ParsedRequest* out);
 
 }  // namespace phi4mm::server

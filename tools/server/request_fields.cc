@@ -1,6 +1,7 @@
 // The generation fields shared by /v1/chat/completions and /v1/completions (request.h): limits,
 // sampling, penalties, stop strings, logit bias, log-probabilities, and the fields that are refused
-// because phi4mm cannot honour them (n > 1, structured output, audio output, predicted outputs).
+// because phi4mm cannot honour them (audio output, legacy functions), and speculative decoding
+// (the server's default, a request's own `speculative`, OpenAI's `prediction`).
 #include "request_internal.h"
 
 #include <random>
@@ -111,7 +112,36 @@ void ParseGeneration(const Json& b, const ServerLimits& limits, const ModelFacts
         Fail(Index("modalities", i), "this model answers in text only; modalities may only contain \"text\"",
              "not_supported");
   }
-  for (const char* f : {"audio", "prediction", "functions", "function_call", "web_search_options"})
+  // Speculative decoding: the server's default, a request's own choice (a phi4mm extension), and
+  // OpenAI's Predicted Outputs, whose content drafts the answer. None changes the answer.
+  g.speculative.mode = limits.speculative;
+  g.speculative.max_draft = limits.draft_max;
+  if (auto mode = OptString(b, "speculative", "")) {
+    const std::optional<SpeculativeMode> m = ParseSpeculativeMode(*mode);
+    if (!m) Fail("speculative", "speculative must be \"none\" or \"ngram\", got \"" + *mode + "\"", "invalid_value");
+    g.speculative.mode = *m;
+  }
+  if (const Json* pred = OptObject(b, "prediction", "")) {
+    if (OptString(*pred, "type", "prediction").value_or("") != "content")
+      Fail("prediction.type", "prediction.type must be \"content\"", "invalid_value");
+    const Json* content = Member(*pred, "content");
+    std::string text;
+    if (content != nullptr && content->is_string()) {
+      text = content->get<std::string>();
+    } else if (content != nullptr && content->is_array()) {
+      for (size_t i = 0; i < content->size(); ++i) {
+        const Json& part = (*content)[i];
+        const std::string at = Index("prediction.content", i);
+        if (!part.is_object()) Fail(at, at + " must be a text part", "invalid_type");
+        if (OptString(part, "type", at).value_or("") != "text") Fail(at + ".type", at + ".type must be \"text\"", "invalid_value");
+        text += OptString(part, "text", at).value_or("");
+      }
+    } else {
+      Fail("prediction.content", "prediction.content must be a string or an array of text parts", "invalid_type");
+    }
+    out->prediction = std::move(text);
+  }
+  for (const char* f : {"audio", "functions", "function_call", "web_search_options"})
     if (Member(b, f))
       Fail(f, std::string(f) + " is not supported by this server" +
                   (std::string(f).rfind("function", 0) == 0 ? "; use tools / tool_choice" : ""),
@@ -132,6 +162,20 @@ void ParseGeneration(const Json& b, const ServerLimits& limits, const ModelFacts
   (void)OptObject(b, "metadata", "");
 
   if (Status st = g.Validate(facts.vocab_size); !st.ok()) Fail("", st.message(), "invalid_value");
+}
+
+ApiError ApplyPrediction(const Model& model, ParsedRequest* p) {
+  if (!p->prediction || p->prediction->empty()) return ApiError();
+  // More than the context is never useful as a draft; refuse rather than tokenize megabytes.
+  const size_t most_bytes = static_cast<size_t>(model.context_length()) * 8;
+  if (p->prediction->size() > most_bytes)
+    return InvalidRequest("prediction.content", "prediction.content holds " + std::to_string(p->prediction->size()) +
+                                                    " bytes; at most " + std::to_string(most_bytes) + " are accepted",
+                          "out_of_range");
+  auto ids = model.tokenizer().Encode(*p->prediction);
+  if (!ids.ok()) return InvalidRequest("prediction.content", "prediction.content: " + ids.status().message(), "invalid_value");
+  p->engine.generate.speculative.prediction = std::move(ids).value();
+  return ApiError();
 }
 
 ModelFacts FactsOf(const Model& model) {

@@ -29,6 +29,12 @@ Json UsageJson(const RequestResult& r, int64_t dynamic_hd) {
             {"prompt_tokens_details",
              {{"cached_tokens", r.cached_prompt_tokens}, {"image_tokens", image}, {"audio_tokens", audio}}}};
   if (!r.count.image_tokens.empty()) u["dynamic_hd"] = dynamic_hd;
+  // Speculative decoding (a prediction or prompt lookup): OpenAI's Predicted Outputs counts, of
+  // the drafted tokens, those the answer took and those it did not.
+  const GenerateResult& g = r.generation;
+  if (g.draft_tokens > 0)
+    u["completion_tokens_details"] = {{"accepted_prediction_tokens", g.accepted_draft_tokens},
+                                      {"rejected_prediction_tokens", g.draft_tokens - g.accepted_draft_tokens}};
   return u;
 }
 
@@ -38,6 +44,16 @@ Json UsageJson(std::span<const RequestResult> choices, int64_t dynamic_hd) {
   for (const RequestResult& r : choices) completion += static_cast<int64_t>(r.generation.tokens.size());
   u["completion_tokens"] = completion;
   u["total_tokens"] = u["prompt_tokens"].get<int64_t>() + completion;
+  int64_t drafted = 0, accepted = 0;
+  for (const RequestResult& r : choices) {
+    drafted += r.generation.draft_tokens;
+    accepted += r.generation.accepted_draft_tokens;
+  }
+  if (drafted > 0)
+    u["completion_tokens_details"] = {{"accepted_prediction_tokens", accepted},
+                                      {"rejected_prediction_tokens", drafted - accepted}};
+  else
+    u.erase("completion_tokens_details");
   return u;
 }
 

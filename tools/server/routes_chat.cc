@@ -35,7 +35,7 @@ bool ParseApiRequest(Server::Impl& s, http::Request& req, const http::Exchange& 
     s.SendError(ex, e);
     return false;
   }
-  if (out->output.kind != OutputRequest::Kind::kNone) {
+  if (out->output.kind != OutputRequest::Kind::kNone || out->prediction) {
     std::shared_ptr<const Model> model;
     {
       std::shared_lock<std::shared_mutex> l(s.model_mu);
@@ -46,6 +46,10 @@ bool ParseApiRequest(Server::Impl& s, http::Request& req, const http::Exchange& 
       return false;
     }
     if (e = CompileOutput(*model, out); !e.ok()) {
+      s.SendError(ex, e);
+      return false;
+    }
+    if (e = ApplyPrediction(*model, out); !e.ok()) {
       s.SendError(ex, e);
       return false;
     }
