@@ -127,6 +127,9 @@ TEST(ServerVllmMetrics, EverySeriesMatchesTheEngine) {
   ASSERT_EQ(Post(port, "/v1/chat/completions", ChatBody({TextMessage("Hello")}, 6).dump()).status, 200);
   ASSERT_EQ(Post(port, "/v1/chat/completions", ChatBody({ImageMessage("images/gray_200x150.png", "Hi")}, 3).dump()).status,
             200);
+  Json spec = ChatBody({TextMessage("a b c a b c a b c")}, 24);
+  spec["speculative"] = "ngram";
+  ASSERT_EQ(Post(port, "/v1/chat/completions", spec.dump()).status, 200);
   std::string m;
   ASSERT_TRUE(WaitEngineIdle(port, 10, &m));
   EXPECT_EQ(Vllm(m, "vllm:num_requests_running"), MetricValue(m, "phi4mm_requests_running"));
@@ -142,7 +145,7 @@ TEST(ServerVllmMetrics, EverySeriesMatchesTheEngine) {
     prompt += MetricValue(m, std::string("phi4mm_prompt_tokens_total{kind=\"") + k + "\"}");
   EXPECT_EQ(Vllm(m, "vllm:prompt_tokens_total"), prompt);
   // Each request looked its prompt up once, all of it but the last position (which must run).
-  EXPECT_EQ(Vllm(m, "vllm:prefix_cache_queries_total"), prompt - 3);
+  EXPECT_EQ(Vllm(m, "vllm:prefix_cache_queries_total"), prompt - 4);
   const double done = Vllm(m, "vllm:request_success_total", ",finished_reason=\"stop\"") +
                       Vllm(m, "vllm:request_success_total", ",finished_reason=\"length\"");
   EXPECT_EQ(done, MetricValue(m, "phi4mm_e2e_request_latency_seconds_count"));
@@ -154,6 +157,11 @@ TEST(ServerVllmMetrics, EverySeriesMatchesTheEngine) {
             MetricValue(m, "phi4mm_inter_token_latency_seconds_count"));
   EXPECT_EQ(Vllm(m, "vllm:request_queue_time_seconds_count"), done);
   EXPECT_EQ(Vllm(m, "vllm:num_preemptions_total"), MetricValue(m, "phi4mm_kv_preemptions_total"));
+  EXPECT_EQ(Vllm(m, "vllm:spec_decode_num_draft_tokens_total"), MetricValue(m, "phi4mm_draft_tokens_total"));
+  EXPECT_EQ(Vllm(m, "vllm:spec_decode_num_accepted_tokens_total"), MetricValue(m, "phi4mm_accepted_draft_tokens_total"));
+  EXPECT_GT(Vllm(m, "vllm:spec_decode_num_drafts_total"), 0);
+  EXPECT_GT(Vllm(m, "vllm:spec_decode_num_accepted_tokens_total"), 0);
+  EXPECT_LE(Vllm(m, "vllm:spec_decode_num_accepted_tokens_total"), Vllm(m, "vllm:spec_decode_num_draft_tokens_total"));
   EXPECT_NE(m.find("vllm:lora_requests_info{running_lora_adapters=\"\",max_lora=\"2\",waiting_lora_adapters=\"\"} "),
             std::string::npos);
   EXPECT_NE(m.find("# TYPE vllm:prefix_cache_hits_total counter"), std::string::npos);

@@ -75,6 +75,8 @@ struct BenchFlags {
   // --long-prompt N: peak RSS of one N-position prompt through the engine (with --concurrency).
   int64_t long_prompt = 0;
   double long_prompt_seconds = 0;
+  std::string speculative;  // "ngram": one answer with and without speculative decoding
+  int draft_max = 8;
   void Register(CLI::App* app);
 };
 
@@ -162,6 +164,8 @@ int InfoCommand(const ModelFlags& mf, bool json);
 int TokenizeCommand(const ModelFlags& mf, const MediaFlags& media, const std::string& text, bool chat);
 int BenchCommand(const BenchFlags& flags);
 int BatchBenchCommand(const BenchFlags& flags);
+// `phi4mm bench --speculative ngram` (cmd_bench_speculative.cc).
+int SpeculativeBenchCommand(const BenchFlags& flags);
 int QuantizeCommand(const QuantizeFlags& flags);
 int ServeCommand(const ServeFlags& flags);
 int PerplexityCommand(const PerplexityFlags& flags);

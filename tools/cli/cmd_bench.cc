@@ -73,9 +73,17 @@ void BenchFlags::Register(CLI::App* app) {
                   "the weights and its KV cache");
   app->add_option("--long-prompt-seconds", long_prompt_seconds,
                   "With --long-prompt: stop the prefill after this long (0 = run it whole)");
+  app->add_option("--speculative", speculative,
+                  "ngram: instead, one greedy answer to a copying prompt plain, with prompt-lookup drafts and with a "
+                  "right prediction: decode tok/s against plain, acceptance, tokens per step")
+      ->check(CLI::IsMember({"ngram"}));
+  app->add_option("--draft-max", draft_max, "With --speculative: drafted tokens per step, at most")
+      ->check(CLI::Range(1, kMaxDraft))
+      ->capture_default_str();
 }
 
 int BenchCommand(const BenchFlags& f) {
+  if (!f.speculative.empty()) return SpeculativeBenchCommand(f);
   if (!f.concurrency.empty() || f.long_prompt > 0) return BatchBenchCommand(f);
   const std::optional<QuantMode> quant = ParseQuantMode(f.model.quant);
   if (!quant) return ReportError(InvalidArgument("--quant must be none, bf16, q8, q4 or q4m, got '" + f.model.quant + "'"));

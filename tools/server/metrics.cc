@@ -169,6 +169,11 @@ std::string Metrics::Render(const BuildInfo& b, const EngineStats* e, const Serv
            static_cast<double>(e->prefill_rows));
     t.Single("phi4mm_decode_rows_total", "counter", "Decode rows over all decoder steps.",
            static_cast<double>(e->decode_rows));
+    t.Single("phi4mm_draft_tokens_total", "counter",
+             "Speculative decoding: drafted tokens verified (their rows are among the decode rows).",
+             static_cast<double>(e->draft_tokens));
+    t.Single("phi4mm_accepted_draft_tokens_total", "counter", "Speculative decoding: drafted tokens the answers took.",
+             static_cast<double>(e->accepted_draft_tokens));
     t.Single("phi4mm_images_encoded_total", "counter", "Images run through the vision encoder.",
            static_cast<double>(e->images_encoded));
     t.Single("phi4mm_audios_encoded_total", "counter", "Clips run through the speech encoder.",

@@ -65,6 +65,12 @@ void Metrics::RenderVllm(const std::string& model_name, const EngineStats* e, Me
         static_cast<double>(e->prefix.hit_tokens));
     one("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
         static_cast<double>(e->preempted));
+    one("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.",
+        static_cast<double>(e->drafts));
+    one("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.",
+        static_cast<double>(e->draft_tokens));
+    one("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
+        static_cast<double>(e->accepted_draft_tokens));
     // GAIE's model server protocol: the adapters of running and waiting requests; the value is when
     // this was read (Unix seconds). Both adapters can run in one batch.
     t->Header("vllm:lora_requests_info", "gauge", "Running stats on lora requests.");

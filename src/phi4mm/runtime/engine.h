@@ -144,7 +144,7 @@ struct EngineStats {
   int64_t steps = 0, batch_rows = 0, prefill_rows = 0, decode_rows = 0;
   // Speculative decoding: drafted ids verified (their rows are in decode_rows), and of them those
   // the answers took.
-  int64_t draft_tokens = 0, accepted_draft_tokens = 0;
+  int64_t drafts = 0, draft_tokens = 0, accepted_draft_tokens = 0;  // drafts: verify steps of a request
   std::array<int64_t, 3> rows_by_mode{};  // batch rows by LoRA mode, in LoraMode order (none, vision, speech)
   // Decoder steps by rows: step_rows[i] counts the steps of at most kStepRowBounds[i] rows and more
   // than the bound before it; the last entry, the steps of more rows than the largest bound.

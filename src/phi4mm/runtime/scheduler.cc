@@ -364,6 +364,7 @@ void OnDraftLogits(State& st, Seq& s, float* logits, int64_t rows, int64_t vocab
   if (!s.finished) s.cache.Truncate(static_cast<int64_t>(s.tokens.size()) - 1);
   s.tuner->RecordDraft(drafted, taken);
   std::lock_guard<std::mutex> l(st.mu);
+  ++st.counters.drafts;
   st.counters.draft_tokens += drafted;
   st.counters.accepted_draft_tokens += taken;
 }
