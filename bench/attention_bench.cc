@@ -30,21 +30,29 @@ std::vector<float> Values(int64_t n, uint32_t seed) {
   return x;
 }
 
-// A cache of T positions in `dtype`, filled through the same row conversion the decoder uses.
+// A cache of T positions in `dtype`, filled through the same row conversion the decoder uses and
+// laid out as the decoder's KvCache holds it: head-major (each head's positions contiguous, one
+// plane of T positions per head).
 struct Cache {
-  Cache(KvDType dtype, int64_t T) : dtype(dtype) {
+  Cache(KvDType dtype, int64_t T) : dtype(dtype), T(T) {
     const int64_t row = kKvHeads * kHeadDim;
-    const size_t rb = KvRowBytes(dtype, kKvHeads, kHeadDim);
-    k.resize(T * rb);
-    v.resize(T * rb);
+    hb = KvHeadBytes(dtype, kHeadDim);
+    k.resize(T * kKvHeads * hb);
+    v.resize(k.size());
     const std::vector<float> kf = Values(T * row, 1), vf = Values(T * row, 2);
-    for (int64_t t = 0; t < T; ++t) {
-      StoreKvRow(dtype, kf.data() + t * row, kKvHeads, kHeadDim, k.data() + t * rb);
-      StoreKvRow(dtype, vf.data() + t * row, kKvHeads, kHeadDim, v.data() + t * rb);
-    }
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < kKvHeads; ++h) {
+        const size_t at = static_cast<size_t>((h * T + t) * static_cast<int64_t>(hb));
+        StoreKvRow(dtype, kf.data() + t * row + h * kHeadDim, 1, kHeadDim, k.data() + at);
+        StoreKvRow(dtype, vf.data() + t * row + h * kHeadDim, 1, kHeadDim, v.data() + at);
+      }
   }
-  KvView view() const { return KvView{k.data(), v.data(), dtype}; }
+  KvView view() const {
+    return KvView{k.data(), v.data(), dtype, static_cast<int64_t>(hb), T * static_cast<int64_t>(hb)};
+  }
   KvDType dtype;
+  int64_t T;
+  size_t hb = 0;
   std::vector<uint8_t> k, v;
 };
 

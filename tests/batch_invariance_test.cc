@@ -78,8 +78,9 @@ TEST(BatchInvariance, EveryAttentionRowEqualsItsDecodeCall) {
   std::vector<const ai::RowKernels*> tables = {&ai::ScalarRowKernels()};
   for (Isa isa : AvailableIsas())
     if (&ai::RowKernelsFor(isa) != tables.back()) tables.push_back(&ai::RowKernelsFor(isa));
-  const AttentionShape sh{6, 2, 20, 0.2236f};  // G = 3, head_dim 20 (padded to 24 in the tiles)
   ThreadPool pool2(2), pool3(3);
+  // G = 3; head_dim 20 (padded to 24 in the tiles) and 16 (decode's tiles read the cache itself).
+  for (const AttentionShape sh : {AttentionShape{6, 2, 20, 0.2236f}, AttentionShape{6, 2, 16, 0.25f}})
   for (const ai::RowKernels* rk : tables) {
     for (KvDType dt : {KvDType::kF32, KvDType::kF16, KvDType::kQ8}) {
       for (int64_t past : {0, 5, 63, 250, 600}) {

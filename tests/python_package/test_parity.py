@@ -100,3 +100,17 @@ def test_count_is_what_the_answer_uses(model):
     r = model.chat(msgs, max_tokens=1)
     assert c["total_tokens"] == r.usage["prompt_tokens"]
     assert c["image_tokens"] == [r.usage["prompt_tokens_details"]["image_tokens"]] and c["lora_mode"] == "vision"
+
+
+def test_speculation_and_a_prediction_change_nothing_but_the_steps(model, cli):
+    ask = [{"role": "user", "content": "Tell me about the sea."}]
+    plain = model.chat(ask, max_tokens=MAX_TOKENS)
+    assert plain.text == run_cli(cli, "Tell me about the sea.")
+    assert "completion_tokens_details" not in plain.usage
+    guided = model.chat(ask, max_tokens=MAX_TOKENS, prediction={"type": "content", "content": plain.text})
+    assert (guided.text, guided.tokens) == (plain.text, plain.tokens)
+    d = guided.usage["completion_tokens_details"]
+    assert d["accepted_prediction_tokens"] > d["rejected_prediction_tokens"], d
+    assert model.chat(ask, max_tokens=MAX_TOKENS, speculative="ngram").tokens == plain.tokens
+    with pytest.raises(ValueError, match="speculative"):
+        model.chat(ask, max_tokens=4, speculative="eagle")

@@ -179,9 +179,7 @@ RequestError BuildChatRequest(const Model& model, std::string_view body_json, st
     return FromApi(e);
   if (RequestError e = RefuseIgnored(*out); !e.ok()) return e;
   if (RequestError e = DecodeReferenced(out, media); !e.ok()) return e;
-  if (out->output.kind != server::OutputRequest::Kind::kNone) {
-    if (server::ApiError e = server::CompileOutput(model, out); !e.ok()) return FromApi(e);
-  }
+  if (server::ApiError e = server::ResolveWithModel(model, out); !e.ok()) return FromApi(e);
   return {};
 }
 
@@ -191,9 +189,7 @@ RequestError BuildCompletionRequest(const Model& model, std::string_view body_js
   if (server::ApiError e = server::ParseCompletionRequest(body, LibraryLimits(), server::FactsOf(model), out); !e.ok())
     return FromApi(e);
   if (RequestError e = RefuseIgnored(*out); !e.ok()) return e;
-  if (out->output.kind != server::OutputRequest::Kind::kNone) {
-    if (server::ApiError e = server::CompileOutput(model, out); !e.ok()) return FromApi(e);
-  }
+  if (server::ApiError e = server::ResolveWithModel(model, out); !e.ok()) return FromApi(e);
   return {};
 }
 

@@ -86,5 +86,10 @@ ApiError ParseCompletionRequest(const nlohmann::ordered_json& body, const Server
 ApiError CompileOutput(const Model& model, ParsedRequest* out);
 // Tokenizes out->prediction (when given) for the engine's drafts; a 400 when it is too long.
 ApiError ApplyPrediction(const Model& model, ParsedRequest* out);
+// What of a parsed request needs the model: CompileOutput when it asks for structured output, then
+// ApplyPrediction. The server and the Python package both call it after parsing.
+ApiError ResolveWithModel(const Model& model, ParsedRequest* out);
+// Whether ResolveWithModel has anything to do (the server then takes the model's lock).
+bool NeedsModel(const ParsedRequest& p);
 
 }  // namespace phi4mm::server

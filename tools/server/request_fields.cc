@@ -178,6 +178,14 @@ ApiError ApplyPrediction(const Model& model, ParsedRequest* p) {
   return ApiError();
 }
 
+bool NeedsModel(const ParsedRequest& p) { return p.output.kind != OutputRequest::Kind::kNone || p.prediction; }
+
+ApiError ResolveWithModel(const Model& model, ParsedRequest* p) {
+  if (p->output.kind != OutputRequest::Kind::kNone)
+    if (ApiError e = CompileOutput(model, p); !e.ok()) return e;
+  return ApplyPrediction(model, p);
+}
+
 ModelFacts FactsOf(const Model& model) {
   ModelFacts f;
   f.context_length = model.context_length();

@@ -35,7 +35,7 @@ bool ParseApiRequest(Server::Impl& s, http::Request& req, const http::Exchange& 
     s.SendError(ex, e);
     return false;
   }
-  if (out->output.kind != OutputRequest::Kind::kNone || out->prediction) {
+  if (NeedsModel(*out)) {
     std::shared_ptr<const Model> model;
     {
       std::shared_lock<std::shared_mutex> l(s.model_mu);
@@ -45,11 +45,7 @@ bool ParseApiRequest(Server::Impl& s, http::Request& req, const http::Exchange& 
       s.SendError(ex, Unavailable("the server is shutting down", 5));
       return false;
     }
-    if (e = CompileOutput(*model, out); !e.ok()) {
-      s.SendError(ex, e);
-      return false;
-    }
-    if (e = ApplyPrediction(*model, out); !e.ok()) {
+    if (e = ResolveWithModel(*model, out); !e.ok()) {
       s.SendError(ex, e);
       return false;
     }

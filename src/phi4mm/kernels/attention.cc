@@ -192,6 +192,51 @@ void TilePvScalar(const float* p, int64_t ldp, int64_t rows, const float* v, int
     }
 }
 
+// TileQkScalar and TilePvScalar on cached rows where they are, each value converted as
+// WidenScalar converts it.
+template <typename E>
+void TileQkFromScalar(const float* q, int64_t rows, const E* k, const uint8_t* sc, int64_t stride, int64_t n,
+                      int64_t hdp, float* s, int64_t lds) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < n; ++t) {
+      const float f = Factor<E>(sc, t, stride);
+      float acc = 0.0f;
+      for (int64_t d = 0; d < hdp; ++d) {
+        const float kw = Load(k + t * stride, d) * f;
+        acc += q[r * hdp + d] * kw;
+      }
+      s[r * lds + t] = acc;
+    }
+}
+template <typename E>
+void TilePvFromScalar(const float* p, int64_t ldp, int64_t rows, const E* v, const uint8_t* sc, int64_t stride,
+                      int64_t n, int64_t hdp, float* o) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < n; ++t) {
+      const float w = p[r * ldp + t], f = Factor<E>(sc, t, stride);
+      for (int64_t d = 0; d < hdp; ++d) {
+        const float vw = Load(v + t * stride, d) * f;
+        o[r * hdp + d] += w * vw;
+      }
+    }
+}
+void TileQkF32Scalar(const float* q, int64_t rows, const float* k, int64_t stride, int64_t n, int64_t hdp, float* s,
+                     int64_t lds) {
+  TileQkFromScalar(q, rows, k, nullptr, stride, n, hdp, s, lds);
+}
+void TileQkF16Scalar(const float* q, int64_t rows, const uint16_t* k, int64_t stride, int64_t n, int64_t hdp,
+                     float* s, int64_t lds) {
+  TileQkFromScalar(q, rows, k, nullptr, stride, n, hdp, s, lds);
+}
+void TilePvF32Scalar(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t stride, int64_t n,
+                     int64_t hdp, float* o) {
+  TilePvFromScalar(p, ldp, rows, v, nullptr, stride, n, hdp, o);
+}
+void TilePvF16Scalar(const float* p, int64_t ldp, int64_t rows, const uint16_t* v, int64_t stride, int64_t n,
+                     int64_t hdp, float* o) {
+  TilePvFromScalar(p, ldp, rows, v, nullptr, stride, n, hdp, o);
+}
+
 // Query position (or block) visited k-th of S: 0, S-1, 1, S-2, ... (balances the causal triangle).
 int64_t ZigZag(int64_t k, int64_t S) { return (k & 1) ? S - 1 - k / 2 : k / 2; }
 
@@ -226,6 +271,23 @@ struct Source {
       rk.accum_f16(p, ldp, G, static_cast<const uint16_t*>(at(t0, g)), stride(), n, hd, o);
     else
       rk.accum_q8(p, ldp, G, static_cast<const int8_t*>(at(t0, g)), scale_ptr(t0, g), stride(), n, hd, o);
+  }
+  // The rows' tile_qk / tile_pv on the cache itself (hd == hdp).
+  void QkFrom(const float* q, int64_t rows, int64_t t0, int64_t g, int64_t n, int64_t hdp, float* s, int64_t lds) const {
+    if (dtype == KvDType::kF32)
+      rk.tile_qk_f32(q, rows, static_cast<const float*>(at(t0, g)), stride(), n, hdp, s, lds);
+    else if (dtype == KvDType::kF16)
+      rk.tile_qk_f16(q, rows, static_cast<const uint16_t*>(at(t0, g)), stride(), n, hdp, s, lds);
+    else
+      rk.tile_qk_q8(q, rows, static_cast<const int8_t*>(at(t0, g)), scale_ptr(t0, g), stride(), n, hdp, s, lds);
+  }
+  void PvFrom(const float* p, int64_t ldp, int64_t rows, int64_t t0, int64_t g, int64_t n, int64_t hdp, float* o) const {
+    if (dtype == KvDType::kF32)
+      rk.tile_pv_f32(p, ldp, rows, static_cast<const float*>(at(t0, g)), stride(), n, hdp, o);
+    else if (dtype == KvDType::kF16)
+      rk.tile_pv_f16(p, ldp, rows, static_cast<const uint16_t*>(at(t0, g)), stride(), n, hdp, o);
+    else
+      rk.tile_pv_q8(p, ldp, rows, static_cast<const int8_t*>(at(t0, g)), scale_ptr(t0, g), stride(), n, hdp, o);
   }
   void Widen(int64_t t0, int64_t g, int64_t n, int64_t hdp, float* dst) const {
     if (dtype == KvDType::kF32)
@@ -284,21 +346,31 @@ struct SliceScratch {
 
 // One slice [t_begin, t_end) of kv group `grp` for query rows qp[rows][hdp] (already scaled),
 // row r seeing the cached rows below lens[r]; leaves each row's m, l and o (hdp apart) in `w`.
+// `direct` (head_dim == hdp): the tiles read the cache itself instead of a widened copy, with the
+// same sums (decode, whose few rows would not pay for the copy).
 void RunSlice(const Source& K, const Source& V, int64_t grp, const float* qp, int64_t rows, const int64_t* lens,
-              int64_t t_begin, int64_t t_end, int64_t hdp, SliceScratch* w) {
+              int64_t t_begin, int64_t t_end, int64_t hdp, bool direct, SliceScratch* w) {
   const RowKernels& rk = K.rk;
   std::fill(w->m.begin(), w->m.begin() + rows, -INFINITY);
   std::fill(w->l.begin(), w->l.begin() + rows, 0.0f);
   std::fill(w->o.begin(), w->o.begin() + rows * hdp, 0.0f);
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, t_end - t0);
-    K.Widen(t0, grp, n, hdp, w->kt.data());
-    rk.tile_qk(qp, rows, w->kt.data(), n, hdp, w->sc.data(), kKeyTile);
+    if (direct) {
+      K.QkFrom(qp, rows, t0, grp, n, hdp, w->sc.data(), kKeyTile);
+    } else {
+      K.Widen(t0, grp, n, hdp, w->kt.data());
+      rk.tile_qk(qp, rows, w->kt.data(), n, hdp, w->sc.data(), kKeyTile);
+    }
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t t = std::max<int64_t>(0, lens[r] - t0); t < n; ++t) w->sc[r * kKeyTile + t] = -INFINITY;
     rk.tile_softmax(w->sc.data(), kKeyTile, rows, n, w->m.data(), w->l.data(), w->o.data(), hdp);
-    V.Widen(t0, grp, n, hdp, w->vt.data());
-    rk.tile_pv(w->sc.data(), kKeyTile, rows, w->vt.data(), n, hdp, w->o.data());
+    if (direct) {
+      V.PvFrom(w->sc.data(), kKeyTile, rows, t0, grp, n, hdp, w->o.data());
+    } else {
+      V.Widen(t0, grp, n, hdp, w->vt.data());
+      rk.tile_pv(w->sc.data(), kKeyTile, rows, w->vt.data(), n, hdp, w->o.data());
+    }
   }
 }
 
@@ -336,7 +408,7 @@ void RunFlash(const Source& K, const Source& V, const float* q, int64_t past, in
       std::fill(L.begin(), L.begin() + rows, 0.0f);
       const int64_t kend = past + s1;
       for (int64_t c0 = 0; c0 < kend; c0 += kSliceKeys) {
-        RunSlice(K, V, grp, qp.data(), rows, lens.data(), c0, std::min(kend, c0 + kSliceKeys), hdp, &w);
+        RunSlice(K, V, grp, qp.data(), rows, lens.data(), c0, std::min(kend, c0 + kSliceKeys), hdp, false, &w);
         for (int64_t r = 0; r < nr; ++r) Fold(w.m[r], w.l[r], w.o.data() + r * hdp, hd, &M[r], &L[r], O.data() + r * hd);
       }
       for (int64_t r = 0; r < nr; ++r) {
@@ -400,7 +472,7 @@ void RunRows(std::span<const RowJob> jobs, const AttentionShape& sh, ThreadPool*
       }
       PackQueries(jb.q, s, G, rows, G, g, sh, hdp, qp.data());
       std::fill(lens.begin(), lens.end(), len);
-      RunSlice(jb.K, jb.V, g, qp.data(), rows, lens.data(), t0, t1, hdp, &w);
+      RunSlice(jb.K, jb.V, g, qp.data(), rows, lens.data(), t0, t1, hdp, hd == hdp, &w);
       for (int64_t h = 0; h < G; ++h) {
         if (ns > 1) {
           part_m[pi * G + h] = w.m[h];
@@ -456,7 +528,13 @@ const RowKernels& ScalarRowKernels() {
                             WidenScalar<int8_t>,
                             TileQkScalar,
                             TileSoftmaxScalar,
-                            TilePvScalar};
+                            TilePvScalar,
+                            TileQkF32Scalar,
+                            TileQkF16Scalar,
+                            TileQkFromScalar<int8_t>,
+                            TilePvF32Scalar,
+                            TilePvF16Scalar,
+                            TilePvFromScalar<int8_t>};
   return k;
 }
 

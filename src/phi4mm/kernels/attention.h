@@ -111,6 +111,21 @@ struct RowKernels {
   void (*tile_softmax)(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float* l, float* o, int64_t hdp);
   // o[r * hdp + d] += sum_{t < n} p[r * ldp + t] * v[t * hdp + d], r < rows (a multiple of 4).
   void (*tile_pv)(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t n, int64_t hdp, float* o);
+  // tile_qk and tile_pv reading the cached rows where they are (`stride` apart; head_dim == hdp),
+  // each value converted as widen converts it: the same sums, bit for bit, without the widened
+  // copy (decode, where a tile meets only a group's few query rows).
+  void (*tile_qk_f32)(const float* q, int64_t rows, const float* k, int64_t stride, int64_t n, int64_t hdp, float* s,
+                      int64_t lds);
+  void (*tile_qk_f16)(const float* q, int64_t rows, const uint16_t* k, int64_t stride, int64_t n, int64_t hdp,
+                      float* s, int64_t lds);
+  void (*tile_qk_q8)(const float* q, int64_t rows, const int8_t* k, const uint8_t* sc, int64_t stride, int64_t n,
+                     int64_t hdp, float* s, int64_t lds);
+  void (*tile_pv_f32)(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t stride, int64_t n,
+                      int64_t hdp, float* o);
+  void (*tile_pv_f16)(const float* p, int64_t ldp, int64_t rows, const uint16_t* v, int64_t stride, int64_t n,
+                      int64_t hdp, float* o);
+  void (*tile_pv_q8)(const float* p, int64_t ldp, int64_t rows, const int8_t* v, const uint8_t* sc, int64_t stride,
+                     int64_t n, int64_t hdp, float* o);
 };
 
 const RowKernels& ScalarRowKernels();

@@ -430,10 +430,120 @@ void TilePv(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t n
   }
 }
 
+// N values of a cached row as Widen writes them (the q8 row scale multiplied in).
+template <typename E>
+HWY_INLINE V Widened(const E* src, V fv) {
+  if constexpr (std::is_same_v<E, int8_t>) return hn::Mul(LoadRow(src), fv);
+  else return LoadRow(src);
+}
+
+// QkMicro on cached rows where they are: the same FMAs on the same values.
+template <int K, typename E>
+HWY_INLINE void QkMicroFrom(const float* q, const E* k, const uint8_t* sc, int64_t stride, int64_t hdp, float* s,
+                            int64_t lds, int64_t t) {
+  const D d;
+  V acc[4][K], fv[K];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < K; ++j) acc[r][j] = hn::Zero(d);
+#pragma GCC unroll 4
+  for (int j = 0; j < K; ++j) fv[j] = hn::Set(d, Factor<E>(sc, t + j, stride));
+  for (int64_t e = 0; e < hdp; e += N) {
+    V kv[K];
+#pragma GCC unroll 4
+    for (int j = 0; j < K; ++j) kv[j] = Widened(k + (t + j) * stride + e, fv[j]);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      const V qv = hn::LoadU(d, q + r * hdp + e);
+#pragma GCC unroll 4
+      for (int j = 0; j < K; ++j) acc[r][j] = hn::MulAdd(qv, kv[j], acc[r][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < K; ++j) {
+    alignas(16) float sums[4];
+    hn::Store(HSum4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]), D4(), sums);
+    for (int r = 0; r < 4; ++r) s[r * lds + t + j] = sums[r];
+  }
+}
+
+template <typename E>
+void TileQkFrom(const float* q, int64_t rows, const E* k, const uint8_t* sc, int64_t stride, int64_t n, int64_t hdp,
+                float* s, int64_t lds) {
+  for (int64_t r = 0; r < rows; r += 4) {
+    const float* qr = q + r * hdp;
+    float* sr = s + r * lds;
+    int64_t t = 0;
+    for (; t + 3 <= n; t += 3) QkMicroFrom<3>(qr, k, sc, stride, hdp, sr, lds, t);
+    if (n - t == 2) QkMicroFrom<2>(qr, k, sc, stride, hdp, sr, lds, t);
+    else if (n - t == 1) QkMicroFrom<1>(qr, k, sc, stride, hdp, sr, lds, t);
+  }
+}
+
+// AccumCols<4, C> of TilePv on cached rows where they are: the weight p as it is, the value as
+// Widen writes it.
+template <int C, typename E>
+HWY_INLINE void PvColsFrom(const float* p, int64_t ldp, const E* v, const uint8_t* sc, int64_t stride, int64_t n,
+                           int64_t hdp, int64_t d0, float* o) {
+  const D d;
+  V acc[4][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[r][c] = hn::LoadU(d, o + r * hdp + d0 + N * c);
+  for (int64_t t = 0; t < n; ++t) {
+    const V fv = hn::Set(d, Factor<E>(sc, t, stride));
+    V w[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) w[r] = hn::Set(d, p[r * ldp + t]);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const V vv = Widened(v + t * stride + d0 + N * c, fv);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) acc[r][c] = hn::MulAdd(w[r], vv, acc[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) hn::StoreU(acc[r][c], d, o + r * hdp + d0 + N * c);
+}
+
+template <typename E>
+void TilePvFrom(const float* p, int64_t ldp, int64_t rows, const E* v, const uint8_t* sc, int64_t stride, int64_t n,
+                int64_t hdp, float* o) {
+  constexpr int kC = static_cast<int>(16 / N);
+  for (int64_t r = 0; r < rows; r += 4) {
+    int64_t e = 0;
+    for (; e + 16 <= hdp; e += 16) PvColsFrom<kC>(p + r * ldp, ldp, v, sc, stride, n, hdp, e, o + r * hdp);
+    for (; e < hdp; e += N) PvColsFrom<1>(p + r * ldp, ldp, v, sc, stride, n, hdp, e, o + r * hdp);
+  }
+}
+
+void TileQkF32(const float* q, int64_t rows, const float* k, int64_t stride, int64_t n, int64_t hdp, float* s,
+               int64_t lds) {
+  TileQkFrom(q, rows, k, nullptr, stride, n, hdp, s, lds);
+}
+void TileQkF16(const float* q, int64_t rows, const uint16_t* k, int64_t stride, int64_t n, int64_t hdp, float* s,
+               int64_t lds) {
+  TileQkFrom(q, rows, k, nullptr, stride, n, hdp, s, lds);
+}
+void TilePvF32(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t stride, int64_t n, int64_t hdp,
+               float* o) {
+  TilePvFrom(p, ldp, rows, v, nullptr, stride, n, hdp, o);
+}
+void TilePvF16(const float* p, int64_t ldp, int64_t rows, const uint16_t* v, int64_t stride, int64_t n, int64_t hdp,
+               float* o) {
+  TilePvFrom(p, ldp, rows, v, nullptr, stride, n, hdp, o);
+}
+
 const attention_internal::RowKernels& Table() {
   static const attention_internal::RowKernels k{
-      ScoresF32, ScoresF16, Scores<int8_t>, AccumF32, AccumF16,    Accum<int8_t>, ToF16,
-      WidenF32,  WidenF16,  Widen<int8_t>,  TileQk,   TileSoftmax, TilePv};
+      ScoresF32, ScoresF16, Scores<int8_t>, AccumF32,  AccumF16,          Accum<int8_t>,
+      ToF16,     WidenF32,  WidenF16,       Widen<int8_t>, TileQk,        TileSoftmax,
+      TilePv,    TileQkF32, TileQkF16,      TileQkFrom<int8_t>, TilePvF32, TilePvF16,
+      TilePvFrom<int8_t>};
   return k;
 }
 
