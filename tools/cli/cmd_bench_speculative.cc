@@ -1,10 +1,11 @@
 // `phi4mm bench --speculative ngram`: one answer's decode speed with speculative decoding against
 // the same answer without, in the same run. A copying prompt (a random passage twice, then its
-// start again) is answered greedily three ways: plain; with prompt-lookup drafts; and with the
-// plain answer as its prediction (OpenAI's Predicted Outputs when the prediction is right: the
-// verify step's best case, independent of what the model writes). For each: decode tokens per
-// second and its ratio to plain, drafted and accepted tokens, and tokens committed per decoder
-// step; every answer must equal the plain one (exit 1 otherwise). Best of --rounds, interleaved.
+// start again) is answered greedily: plain; with prompt-lookup drafts; and with the plain answer as
+// its prediction (OpenAI's Predicted Outputs), as it is (the verify step's best case, independent of
+// what the model writes) and with 50 %, 90 % and 100 % of its tokens replaced by random ids (the
+// acceptance falls; at 100 % speculation must turn itself off). For each: decode tokens per second
+// and its ratio to plain, drafted and accepted tokens, and tokens committed per decoder step; every
+// answer must equal the plain one (exit 1 otherwise). Best of --rounds, interleaved.
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -34,8 +35,13 @@ int SpeculativeBenchCommand(const BenchFlags& f) {
     GenerateResult best;
     double best_tok_s = 0;
   };
-  std::vector<Way> ways = {{"plain", {}, 0}, {"ngram", {}, 0}, {"prediction", {}, 0}};
+  // A prediction of the plain answer with a share of its tokens replaced by random ids: 0 % (all
+  // of it can be accepted), 50 %, 90 % and 100 % (nothing can: speculation must turn itself off).
+  const double kPerturbed[] = {0.0, 0.5, 0.9, 1.0};
+  std::vector<Way> ways = {{"plain", {}, 0},           {"ngram", {}, 0},          {"prediction", {}, 0},
+                           {"prediction 50%", {}, 0}, {"prediction 90%", {}, 0}, {"prediction 100%", {}, 0}};
   std::vector<int32_t> answer;
+  std::vector<std::vector<int32_t>> predictions;
   for (int round = 0; round < f.rounds + 1; ++round) {  // round 0 warms up and finds the answer
     for (size_t w = 0; w < ways.size(); ++w) {
       GenerateOptions go;
@@ -43,11 +49,21 @@ int SpeculativeBenchCommand(const BenchFlags& f) {
       go.stop_ids = {-1};  // run the whole budget
       go.speculative.max_draft = f.draft_max;
       if (w == 1) go.speculative.mode = SpeculativeMode::kNgram;
-      if (w == 2) go.speculative.prediction = answer;
+      if (w >= 2) go.speculative.prediction = predictions[w - 2];
       Session s(*model);
       auto r = s.Generate(prompt, LoraMode::kNone, go);
       if (!r.ok()) return ReportError(r.status());
-      if (w == 0 && round == 0) answer = r->tokens;
+      if (w == 0 && round == 0) {
+        answer = r->tokens;
+        std::mt19937 pick(7);
+        for (double share : kPerturbed) {
+          std::vector<int32_t> p = answer;
+          std::uniform_real_distribution<double> u(0, 1);
+          for (int32_t& id : p)
+            if (u(pick) < share) id = RandomIds(pick, 1, m.embedding().vocab_size())[0];
+          predictions.push_back(std::move(p));
+        }
+      }
       if (r->tokens != answer) {
         std::fprintf(stderr, "phi4mm: error: the %s answer differs from the plain one\n", ways[w].name);
         return 1;
@@ -83,9 +99,9 @@ int SpeculativeBenchCommand(const BenchFlags& f) {
   std::printf("speculative decoding: %s, prompt %zu tokens (a passage twice, then its start), %lld new tokens, "
               "draft <= %d, best of %d; every answer equals the plain one\n",
               f.model.dir.c_str(), prompt.size(), static_cast<long long>(f.decode_tokens), f.draft_max, f.rounds);
-  std::printf("%-12s %10s %8s %10s %10s %12s\n", "way", "tok/s", "ratio", "drafted", "accepted", "tok/step");
+  std::printf("%-16s %10s %8s %10s %10s %12s\n", "way", "tok/s", "ratio", "drafted", "accepted", "tok/step");
   for (const auto& w : j["ways"])
-    std::printf("%-12s %10.2f %7.2fx %10lld %10lld %12.2f\n", w["way"].get<std::string>().c_str(),
+    std::printf("%-16s %10.2f %7.2fx %10lld %10lld %12.2f\n", w["way"].get<std::string>().c_str(),
                 w["tok_per_s"].get<double>(), w["ratio_to_plain"].get<double>(), w["draft_tokens"].get<long long>(),
                 w["accepted_draft_tokens"].get<long long>(), w["tokens_per_step"].get<double>());
   return 0;
