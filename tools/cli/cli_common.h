@@ -76,6 +76,7 @@ struct BenchFlags {
   int64_t long_prompt = 0;
   double long_prompt_seconds = 0;
   std::string speculative;  // "ngram": one answer with and without speculative decoding
+  std::string speculative_prompts;  // --prompts FILE: instead, a set of user prompts
   int draft_max = 8;
   void Register(CLI::App* app);
 };

@@ -77,6 +77,8 @@ void BenchFlags::Register(CLI::App* app) {
                   "ngram: instead, one greedy answer to a copying prompt plain, with prompt-lookup drafts and with a "
                   "right prediction: decode tok/s against plain, acceptance, tokens per step")
       ->check(CLI::IsMember({"ngram"}));
+  app->add_option("--prompts", speculative_prompts,
+                  "With --speculative: instead, answer each line of this file (a user turn) plain and with drafts");
   app->add_option("--draft-max", draft_max, "With --speculative: drafted tokens per step, at most")
       ->check(CLI::Range(1, kMaxDraft))
       ->capture_default_str();

@@ -17,9 +17,71 @@
 
 namespace phi4mm::cli {
 
+namespace {
+
+// --prompts FILE: each line a user turn, answered greedily plain and with prompt-lookup drafts
+// (a rewrite or extraction set on a model that copies); per prompt and in total, decode tok/s of
+// both, their ratio, and the acceptance. The answers must be equal.
+int PromptSetBench(const BenchFlags& f, const std::shared_ptr<const Model>& model) {
+  auto text = ReadFileToString(f.speculative_prompts);
+  if (!text.ok()) return ReportError(text.status().WithContext("--prompts"));
+  std::vector<std::string> prompts;
+  for (size_t at = 0; at < text->size();) {
+    const size_t end = std::min(text->find('\n', at), text->size());
+    if (end > at) prompts.push_back(text->substr(at, end - at));
+    at = end + 1;
+  }
+  if (prompts.empty()) return ReportError(InvalidArgument("--prompts " + f.speculative_prompts + " holds no prompt"));
+  std::printf("speculative decoding on %zu prompts of %s: %s, %lld new tokens, draft <= %d, best of %d\n",
+              prompts.size(), f.speculative_prompts.c_str(), f.model.dir.c_str(),
+              static_cast<long long>(f.decode_tokens), f.draft_max, f.rounds);
+  std::printf("%-6s %12s %12s %8s %10s %10s\n", "prompt", "plain tok/s", "ngram tok/s", "ratio", "drafted", "accepted");
+  double plain_s = 0, spec_s = 0;
+  int64_t tokens = 0, drafted = 0, accepted = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto rendered = RenderUserPrompt(prompts[i], "", false, 0, 0);
+    if (!rendered.ok()) return ReportError(rendered.status());
+    auto ids = model->tokenizer().Encode(*rendered);
+    if (!ids.ok()) return ReportError(ids.status());
+    GenerateResult best[2];
+    for (int round = 0; round < f.rounds; ++round)
+      for (int w = 0; w < 2; ++w) {
+        GenerateOptions go;
+        go.max_new_tokens = f.decode_tokens;
+        go.speculative.max_draft = f.draft_max;
+        if (w == 1) go.speculative.mode = SpeculativeMode::kNgram;
+        Session s(model);
+        auto r = s.Generate(*ids, LoraMode::kNone, go);
+        if (!r.ok()) return ReportError(r.status());
+        if (round == 0 || r->decode_seconds < best[w].decode_seconds) best[w] = *r;
+      }
+    if (best[1].tokens != best[0].tokens) {
+      std::fprintf(stderr, "phi4mm: error: prompt %zu: the speculative answer differs from the plain one\n", i + 1);
+      return 1;
+    }
+    const double n = static_cast<double>(best[0].tokens.size()) - 1;
+    const double a = best[0].decode_seconds > 0 ? n / best[0].decode_seconds : 0;
+    const double b = best[1].decode_seconds > 0 ? n / best[1].decode_seconds : 0;
+    std::printf("%-6zu %12.2f %12.2f %7.2fx %10lld %10lld\n", i + 1, a, b, a > 0 ? b / a : 0,
+                static_cast<long long>(best[1].draft_tokens), static_cast<long long>(best[1].accepted_draft_tokens));
+    plain_s += best[0].decode_seconds;
+    spec_s += best[1].decode_seconds;
+    tokens += static_cast<int64_t>(n);
+    drafted += best[1].draft_tokens;
+    accepted += best[1].accepted_draft_tokens;
+  }
+  std::printf("%-6s %12.2f %12.2f %7.2fx %10lld %10lld  (acceptance %.0f%%)\n", "all", tokens / plain_s,
+              tokens / spec_s, plain_s / spec_s, static_cast<long long>(drafted), static_cast<long long>(accepted),
+              drafted > 0 ? 100.0 * accepted / drafted : 0.0);
+  return 0;
+}
+
+}  // namespace
+
 int SpeculativeBenchCommand(const BenchFlags& f) {
   auto model = LoadModel(f.model);
   if (!model.ok()) return ReportError(model.status());
+  if (!f.speculative_prompts.empty()) return PromptSetBench(f, *model);
   const Model& m = **model;
   if (f.prompt_tokens < 2 || f.decode_tokens < 2 || f.rounds < 1)
     return ReportError(InvalidArgument("--prompt-tokens and --decode-tokens must be >= 2, --rounds >= 1"));

@@ -73,13 +73,13 @@ int DraftTuner::DraftLength(int cap, const StepCosts& costs, int64_t base) {
   if (cap <= 0) return 0;
   const double a = acceptance(), t_base = costs.Seconds(base);
   int best_k = 0;
-  double best = 1.05;  // what a plain step gives (one token per unit cost), plus the margin
+  double best = 1.10;  // what a plain step gives (one token per unit cost), plus the margin
   double expected = 1.0, power = 1.0;
   for (int k = 1; k <= cap; ++k) {
     power *= a;
     expected += power;
     const double tk = costs.Seconds(base + k);
-    const double cost = t_base > 0 && tk > 0 ? tk / t_base : 1.0;
+    const double cost = t_base > 0 && tk > 0 ? tk / t_base : 1.0 + 0.1 * k;
     // The step's tokens per unit of time against a step without this draft: base - 1 rows commit
     // one token each, this request's E(k).
     const double gain = (static_cast<double>(base) - 1 + expected) / (static_cast<double>(base) * cost);

@@ -64,10 +64,11 @@ class StepCosts {
 // E(k) = 1 + a + ... + a^k tokens; adding k rows to a step of `base` rows (one of them this
 // request's) costs c = T(base + k) / T(base), from StepCosts, so the step's tokens per unit of
 // time change by (base - 1 + E(k)) / (base * c). The tuner returns the k in [1, cap] with the
-// largest change, or 0 (no draft) when no k gains 5 %. A row count not yet measured is
-// assumed to cost what the base costs, so each gets tried; steps past StepCosts::kMaxRows rows
-// (already full of rows) get no drafts; while speculation does not pay, every 16th step still
-// drafts (cap 2) to follow the acceptance rate.
+// largest change, or 0 (no draft) when no k gains 10 %. The rate starts at one in three; a row
+// count not yet measured is assumed to cost 1 + 0.1 per added row (so it gets tried, and measured,
+// when drafts are accepted at all); steps past StepCosts::kMaxRows rows (already full of rows) get
+// no drafts; while speculation does not pay, every 16th step still drafts (cap 2) to follow the
+// acceptance rate.
 class DraftTuner {
  public:
   explicit DraftTuner(int max_draft);
@@ -78,7 +79,7 @@ class DraftTuner {
 
  private:
   int max_draft_;
-  double successes_ = 1.0, trials_ = 2.0;  // a prior of one in two
+  double successes_ = 1.0, trials_ = 3.0;  // a prior of one in three
   int plain_since_probe_ = 0;
 };
 
