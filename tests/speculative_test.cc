@@ -2,9 +2,10 @@
 // promise that makes it safe to turn on: with speculation, Session::Generate gives the answer it
 // gives without, token for token and byte for byte, greedy and seeded, for text, image, audio and
 // image + audio prompts on the tiny fixture (both layouts; prompts that cross the LongRoPE switch
-// while decoding), for hundreds of random prompts on the tiny fixture and for copy-heavy prompts
-// on the trained fixture, where drafts are accepted; and a chat's next turn after a speculative
-// answer equals the one after a plain answer.
+// while decoding), for 200 random prompts on the tiny fixture and 40 on the trained one, and for
+// copy-heavy prompts on the trained fixture, where drafts are accepted; and a chat's next turn
+// after a speculative answer equals the one after a plain answer. (The engine's side:
+// tests/engine_batch_test.cc; the server's: tests/python/test_speculative.py.)
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -214,8 +215,8 @@ TEST(SpeculativeGenerate, HundredsOfRandomPromptsGiveTheSameGreedyAnswers) {
 }
 
 // The trained fixture continues text it has seen; a prompt that quotes a passage and starts it
-// again is copied, so drafts are accepted in runs.
-TEST(SpeculativeGenerate, CopyingTheContextAcceptsDraftsOnTheTrainedFixture) {
+// again is copied, so drafts are accepted in runs. Then 40 random prompts give the same answers.
+TEST(SpeculativeGenerate, CopyingAndRandomPromptsOnTheTrainedFixture) {
   LoadOptions lo;
   lo.num_threads = 2;
   auto model = Model::Load(test::FixturePath("trained/orig"), lo);
@@ -241,12 +242,30 @@ TEST(SpeculativeGenerate, CopyingTheContextAcceptsDraftsOnTheTrainedFixture) {
     tokens += static_cast<int64_t>(spec.tokens.size());
     steps += spec.decode_steps;
   }
+  // And random prompts (ids of ordinary tokens, some with a repeated stretch), greedy and seeded.
+  std::mt19937 rng(7);
+  for (int p = 0; p < 40; ++p) {
+    std::vector<int32_t> ids(4 + rng() % 24);
+    for (int32_t& id : ids) id = static_cast<int32_t>(rng() % 199000);
+    if (p % 2 == 0) ids.insert(ids.end(), ids.begin(), ids.end());
+    GenerateOptions go;
+    go.max_new_tokens = 16;
+    go.stop_ids = {-1};
+    if (p % 4 == 3) {
+      go.sampling.temperature = 0.8f;
+      go.sampling.seed = static_cast<uint64_t>(p);
+    }
+    const GenerateResult plain = GenerateWith(*model, ids, LoraMode::kNone, nullptr, go, false);
+    const GenerateResult spec = GenerateWith(*model, ids, LoraMode::kNone, nullptr, go, true);
+    ASSERT_EQ(spec.tokens, plain.tokens) << "random prompt " << p;
+  }
   std::printf("[speculative] trained fixture, copying: %lld of %lld drafted ids accepted; %lld tokens in %lld steps\n",
               static_cast<long long>(accepted), static_cast<long long>(drafted), static_cast<long long>(tokens),
               static_cast<long long>(steps));
-  // Measured: 120 of 332 drafted ids accepted, 288 tokens in 162 steps (1.78 per step).
+  // Measured: 98-120 of 172-332 drafted ids accepted, 288 tokens in 162-184 steps (1.57-1.78 per
+  // step; the tuner's choices follow measured step times, so they vary with the machine's load).
   EXPECT_GT(accepted * 4, drafted);
-  EXPECT_GT(tokens * 2, steps * 3);
+  EXPECT_GT(tokens * 4, steps * 5);
 }
 
 TEST(SpeculativeGenerate, AChatTurnAfterASpeculativeAnswerEqualsTheOneAfterAPlainAnswer) {
