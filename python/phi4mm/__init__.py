@@ -189,7 +189,9 @@ class Model:
         ``phi4mm serve`` takes: ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``min_p``,
         ``seed``, ``stop``, ``frequency_penalty``, ``presence_penalty``, ``repetition_penalty``,
         ``logit_bias``, ``logprobs``, ``top_logprobs``, ``response_format``, ``tools``,
-        ``tool_choice``, ``dynamic_hd``. An unknown one raises ValueError.
+        ``tool_choice``, ``dynamic_hd``, ``prediction`` (OpenAI's Predicted Outputs: drafts for
+        speculative decoding) and ``speculative`` (``"none"`` or ``"ngram"``); neither changes the
+        answer. An unknown one raises ValueError.
 
         Returns a :class:`ChatResult`, or with ``stream=True`` a :class:`ChatStream` of text deltas.
         """

@@ -16,11 +16,11 @@ constexpr std::string_view kChatFields[] = {
     "max_completion_tokens", "n", "presence_penalty", "response_format", "seed", "stop", "stream",
     "stream_options", "temperature", "top_p", "tools", "tool_choice", "parallel_tool_calls", "user",
     "metadata", "store", "service_tier", "reasoning_effort", "modalities", "audio", "prediction", "functions",
-    "function_call", "web_search_options", "top_k", "min_p", "repetition_penalty", "dynamic_hd"};
+    "function_call", "web_search_options", "top_k", "min_p", "repetition_penalty", "dynamic_hd", "speculative"};
 constexpr std::string_view kCompletionFields[] = {
     "prompt", "model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n", "presence_penalty",
     "seed", "stop", "stream", "stream_options", "temperature", "top_p", "user", "suffix", "echo", "best_of", "response_format",
-    "top_k", "min_p", "repetition_penalty", "max_completion_tokens"};
+    "top_k", "min_p", "repetition_penalty", "max_completion_tokens", "prediction", "speculative"};
 
 struct Builder {
   const ServerLimits& limits;
