@@ -192,33 +192,25 @@ void TilePvScalar(const float* p, int64_t ldp, int64_t rows, const float* v, int
     }
 }
 
-// TileQkScalar and TilePvScalar on cached rows where they are, each value converted as
-// WidenScalar converts it.
+// The scalar table's direct tiles widen the rows into a scratch tile and run TileQkScalar /
+// TilePvScalar on it: the same sums by construction (written out per row, the compiler contracted
+// the conversion and the dot product differently on aarch64), and the scalar table is the
+// reference, not a fast path.
 template <typename E>
 void TileQkFromScalar(const float* q, int64_t rows, const E* k, const uint8_t* sc, int64_t stride, int64_t n,
                       int64_t hdp, float* s, int64_t lds) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t t = 0; t < n; ++t) {
-      const float f = Factor<E>(sc, t, stride);
-      float acc = 0.0f;
-      for (int64_t d = 0; d < hdp; ++d) {
-        const float kw = Load(k + t * stride, d) * f;
-        acc += q[r * hdp + d] * kw;
-      }
-      s[r * lds + t] = acc;
-    }
+  thread_local std::vector<float> tile;
+  tile.resize(static_cast<size_t>(n * hdp));
+  WidenScalar(k, sc, stride, n, hdp, hdp, tile.data());
+  TileQkScalar(q, rows, tile.data(), n, hdp, s, lds);
 }
 template <typename E>
 void TilePvFromScalar(const float* p, int64_t ldp, int64_t rows, const E* v, const uint8_t* sc, int64_t stride,
                       int64_t n, int64_t hdp, float* o) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t t = 0; t < n; ++t) {
-      const float w = p[r * ldp + t], f = Factor<E>(sc, t, stride);
-      for (int64_t d = 0; d < hdp; ++d) {
-        const float vw = Load(v + t * stride, d) * f;
-        o[r * hdp + d] += w * vw;
-      }
-    }
+  thread_local std::vector<float> tile;
+  tile.resize(static_cast<size_t>(n * hdp));
+  WidenScalar(v, sc, stride, n, hdp, hdp, tile.data());
+  TilePvScalar(p, ldp, rows, tile.data(), n, hdp, o);
 }
 void TileQkF32Scalar(const float* q, int64_t rows, const float* k, int64_t stride, int64_t n, int64_t hdp, float* s,
                      int64_t lds) {
