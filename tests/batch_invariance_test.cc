@@ -103,8 +103,8 @@ TEST(BatchInvariance, EveryAttentionRowEqualsItsDecodeCall) {
               ai::CausalAttentionWith(*rk, ai::Path::kAuto, q.data() + s * width, kv, past + s, 1, sh, one.data(), &pool2);
               ASSERT_TRUE(SameBits(many.data() + s * width, one.data(), width))
                   << "table " << (rk == tables[0] ? "scalar" : "simd") << " head_dim " << sh.head_dim << " kv "
-                  << KvDTypeName(dt) << " past " << past
-                  << " position " << s << " path " << static_cast<int>(path) << (p ? " threads" : "");
+                  << KvDTypeName(dt) << " past " << past << " position " << s << " path " << static_cast<int>(path)
+                  << (p ? " threads" : "");
             }
           }
         }
