@@ -315,45 +315,6 @@ void WidenF16(const uint16_t* k, int64_t stride, int64_t n, int64_t hd, int64_t 
   Widen(k, nullptr, stride, n, hd, hdp, dst);
 }
 
-// Rows r0..r0+4 against keys t..t+K (K = 1..3); hdp is a multiple of 8 (attention.h).
-template <int K>
-HWY_INLINE void QkMicro(const float* q, const float* k, int64_t hdp, float* s, int64_t lds, int64_t t) {
-  const D d;
-  V acc[4][K];
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r)
-#pragma GCC unroll 4
-    for (int j = 0; j < K; ++j) acc[r][j] = hn::Zero(d);
-  for (int64_t e = 0; e < hdp; e += N) {
-    V kv[K];
-#pragma GCC unroll 4
-    for (int j = 0; j < K; ++j) kv[j] = hn::LoadU(d, k + (t + j) * hdp + e);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-      const V qv = hn::LoadU(d, q + r * hdp + e);
-#pragma GCC unroll 4
-      for (int j = 0; j < K; ++j) acc[r][j] = hn::MulAdd(qv, kv[j], acc[r][j]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < K; ++j) {
-    alignas(16) float sums[4];
-    hn::Store(HSum4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]), D4(), sums);
-    for (int r = 0; r < 4; ++r) s[r * lds + t + j] = sums[r];
-  }
-}
-
-void TileQk(const float* q, int64_t rows, const float* k, int64_t n, int64_t hdp, float* s, int64_t lds) {
-  for (int64_t r = 0; r < rows; r += 4) {
-    const float* qr = q + r * hdp;
-    float* sr = s + r * lds;
-    int64_t t = 0;
-    for (; t + 3 <= n; t += 3) QkMicro<3>(qr, k, hdp, sr, lds, t);
-    if (n - t == 2) QkMicro<2>(qr, k, hdp, sr, lds, t);
-    else if (n - t == 1) QkMicro<1>(qr, k, hdp, sr, lds, t);
-  }
-}
-
 // exp(x) for x <= 0 (the softmax's arguments); below -87 (including -inf) it returns 0. n =
 // round(x·log2 e) lies in [-126, 0], so 2^n is exp_hwy-inl.h's Pow2I. (Its own degree-5
 // polynomial, not exp_hwy-inl.h's Exp: the decoder's attention kept its numerics.)
@@ -417,19 +378,6 @@ void TileSoftmax(float* s, int64_t lds, int64_t rows, int64_t n, float* m, float
   }
 }
 
-// o[r0..r0+4][d0..d0+16) += P · V over the tile's n keys: AccumCols on the widened tile (float
-// rows hdp apart, no row factor), 4 query rows x 16 columns (8 accumulators on AVX2, 16 on NEON).
-// With the accumulators left as a stack array this loop was store-bound (1.4x slower on a Zen 1
-// EPYC); on AVX2 a 2 x 48 tile and 4 x 24 measured slower than 4 x 16.
-void TilePv(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t n, int64_t hdp, float* o) {
-  constexpr int kC = static_cast<int>(16 / N);
-  for (int64_t r = 0; r < rows; r += 4) {
-    int64_t e = 0;
-    for (; e + 16 <= hdp; e += 16) AccumCols<4, kC>(p + r * ldp, ldp, v, nullptr, hdp, 0, n, hdp, e, o + r * hdp);
-    for (; e < hdp; e += N) AccumCols<4, 1>(p + r * ldp, ldp, v, nullptr, hdp, 0, n, hdp, e, o + r * hdp);
-  }
-}
-
 // N values of a cached row as Widen writes them (the q8 row scale multiplied in).
 template <typename E>
 HWY_INLINE V Widened(const E* src, V fv) {
@@ -437,7 +385,8 @@ HWY_INLINE V Widened(const E* src, V fv) {
   else return LoadRow(src);
 }
 
-// QkMicro on cached rows where they are: the same FMAs on the same values.
+// Query rows r0..r0+4 against cached rows t..t+K (K = 1..3), each value as Widen writes it (a
+// widened tile is the float case with stride hdp); hdp is a multiple of 8 (attention.h).
 template <int K, typename E>
 HWY_INLINE void QkMicroFrom(const float* q, const E* k, const uint8_t* sc, int64_t stride, int64_t hdp, float* s,
                             int64_t lds, int64_t t) {
@@ -481,8 +430,10 @@ void TileQkFrom(const float* q, int64_t rows, const E* k, const uint8_t* sc, int
   }
 }
 
-// AccumCols<4, C> of TilePv on cached rows where they are: the weight p as it is, the value as
-// Widen writes it.
+// o[r0..r0+4][d0..d0+N·C) += P · V over n cached rows, each value as Widen writes it (a widened
+// tile is the float case with stride hdp): 4 query rows x 16 output columns (8 accumulators on
+// AVX2, 16 on NEON). With the accumulators left as a stack array this loop was store-bound (1.4x
+// slower on a Zen 1 EPYC); on AVX2 a 2 x 48 tile and 4 x 24 measured slower than 4 x 16.
 template <int C, typename E>
 HWY_INLINE void PvColsFrom(const float* p, int64_t ldp, const E* v, const uint8_t* sc, int64_t stride, int64_t n,
                            int64_t hdp, int64_t d0, float* o) {
@@ -521,6 +472,14 @@ void TilePvFrom(const float* p, int64_t ldp, int64_t rows, const E* v, const uin
   }
 }
 
+// The flash tiles: the widened tile is float rows hdp apart; the direct ones (decode) read the
+// cache, so both compute a row with the same instructions.
+void TileQk(const float* q, int64_t rows, const float* k, int64_t n, int64_t hdp, float* s, int64_t lds) {
+  TileQkFrom(q, rows, k, nullptr, hdp, n, hdp, s, lds);
+}
+void TilePv(const float* p, int64_t ldp, int64_t rows, const float* v, int64_t n, int64_t hdp, float* o) {
+  TilePvFrom(p, ldp, rows, v, nullptr, hdp, n, hdp, o);
+}
 void TileQkF32(const float* q, int64_t rows, const float* k, int64_t stride, int64_t n, int64_t hdp, float* s,
                int64_t lds) {
   TileQkFrom(q, rows, k, nullptr, stride, n, hdp, s, lds);
