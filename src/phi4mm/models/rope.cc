@@ -3,6 +3,8 @@
 // cos = cos(freqs) * attention_factor.
 #include "phi4mm/models/rope.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 namespace phi4mm {
@@ -26,6 +28,11 @@ RotaryTables::RotaryTables(const TextConfig& cfg)
 }
 
 bool RotaryTables::UseLong(int64_t seq_len) const { return longrope_ && seq_len > original_max_; }
+
+int64_t RotaryTables::RowsOnSameTable(int64_t seq_len, int64_t most) const {
+  if (most <= 0) return 0;
+  return UseLong(seq_len) || !longrope_ ? most : std::clamp<int64_t>(original_max_ - seq_len, 0, most);
+}
 
 void RotaryTables::CosSin(int64_t pos, bool long_table, float* cos, float* sin) const {
   const std::vector<float>& inv = long_table ? inv_freq_long_ : inv_freq_short_;

@@ -20,6 +20,9 @@ class RotaryTables {
   // LongRoPE switch, asked by sessions, the engine's policy and perplexity alike (a cache built
   // with the other table is recomputed, reference-deviations.md).
   bool UseLong(int64_t seq_len) const;
+  // How many rows, at most `most`, can follow a sequence of `seq_len` on the table it uses (a
+  // speculative draft that would switch tables is cut there).
+  int64_t RowsOnSameTable(int64_t seq_len, int64_t most) const;
   // cos/sin[rotary_dim] for position `pos` (the frequency half repeated twice), times the
   // attention factor, float32 exactly as HF computes them.
   void CosSin(int64_t pos, bool long_table, float* cos, float* sin) const;

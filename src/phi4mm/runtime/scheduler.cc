@@ -340,8 +340,8 @@ void ChooseDrafts(const Model& m, State& st) {
     const int64_t len = static_cast<int64_t>(s.tokens.size());
     if (s.cache.length() != len - 1 || s.long_rope != dec.rotary().UseLong(len)) continue;
     const int64_t generated = len - static_cast<int64_t>(s.prompt.ids.size());
-    int64_t cap = std::min({s.positions - len, m.context_length() - len, s.req.generate.max_new_tokens - generated - 1});
-    while (cap > 0 && dec.rotary().UseLong(len + cap) != dec.rotary().UseLong(len)) --cap;
+    const int64_t cap = dec.rotary().RowsOnSameTable(
+        len, std::min({s.positions - len, m.context_length() - len, s.req.generate.max_new_tokens - generated - 1}));
     if (!s.tuner) s.tuner.emplace(spec.max_draft);
     const int k = s.tuner->DraftLength(static_cast<int>(std::clamp<int64_t>(cap, 0, kMaxDraft)), st.step_costs, base);
     s.draft = Draft(spec, s.tokens, s.prompt.ids.size(), k);

@@ -207,9 +207,10 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
       // Drafts stay on the sequence's rotary table (a switch would recompute the sequence, which a
       // one-row step would not do yet) and inside the context and the answer's budget.
       const int64_t len = static_cast<int64_t>(tokens_.size());
-      int64_t cap = std::min<int64_t>(ctx - len, opts.max_new_tokens - static_cast<int64_t>(seq.result().tokens.size()) - 1);
-      if (dec.rotary().UseLong(len) != cache_.long_rope()) cap = 0;  // this step switches: plain
-      while (cap > 0 && dec.rotary().UseLong(len + cap) != dec.rotary().UseLong(len)) --cap;
+      const int64_t room =
+          std::min<int64_t>(ctx - len, opts.max_new_tokens - static_cast<int64_t>(seq.result().tokens.size()) - 1);
+      // A step that switches tables recomputes the sequence: plain.
+      const int64_t cap = dec.rotary().UseLong(len) != cache_.long_rope() ? 0 : dec.rotary().RowsOnSameTable(len, room);
       const int k = tuner.DraftLength(static_cast<int>(std::clamp<int64_t>(cap, 0, kMaxDraft)), costs);
       draft = Draft(opts.speculative, tokens_, answer_begin, k);
     }
