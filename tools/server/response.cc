@@ -17,6 +17,18 @@ const char* FinishReasonString(FinishReason r, bool tool_calls) {
   }
 }
 
+namespace {
+// Speculative decoding (a prediction or prompt lookup): OpenAI's Predicted Outputs counts, of the
+// drafted tokens, those the answer took and those it did not; absent when nothing was drafted.
+void SetDraftCounts(int64_t drafted, int64_t accepted, Json* u) {
+  if (drafted > 0)
+    (*u)["completion_tokens_details"] = {{"accepted_prediction_tokens", accepted},
+                                         {"rejected_prediction_tokens", drafted - accepted}};
+  else
+    u->erase("completion_tokens_details");
+}
+}  // namespace
+
 Json UsageJson(const RequestResult& r, int64_t dynamic_hd) {
   int64_t image = 0, audio = 0;
   for (int64_t n : r.count.image_tokens) image += n;
@@ -29,12 +41,7 @@ Json UsageJson(const RequestResult& r, int64_t dynamic_hd) {
             {"prompt_tokens_details",
              {{"cached_tokens", r.cached_prompt_tokens}, {"image_tokens", image}, {"audio_tokens", audio}}}};
   if (!r.count.image_tokens.empty()) u["dynamic_hd"] = dynamic_hd;
-  // Speculative decoding (a prediction or prompt lookup): OpenAI's Predicted Outputs counts, of
-  // the drafted tokens, those the answer took and those it did not.
-  const GenerateResult& g = r.generation;
-  if (g.draft_tokens > 0)
-    u["completion_tokens_details"] = {{"accepted_prediction_tokens", g.accepted_draft_tokens},
-                                      {"rejected_prediction_tokens", g.draft_tokens - g.accepted_draft_tokens}};
+  SetDraftCounts(r.generation.draft_tokens, r.generation.accepted_draft_tokens, &u);
   return u;
 }
 
@@ -49,11 +56,7 @@ Json UsageJson(std::span<const RequestResult> choices, int64_t dynamic_hd) {
     drafted += r.generation.draft_tokens;
     accepted += r.generation.accepted_draft_tokens;
   }
-  if (drafted > 0)
-    u["completion_tokens_details"] = {{"accepted_prediction_tokens", accepted},
-                                      {"rejected_prediction_tokens", drafted - accepted}};
-  else
-    u.erase("completion_tokens_details");
+  SetDraftCounts(drafted, accepted, &u);
   return u;
 }
 
