@@ -8,25 +8,16 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "phi4mm/base/thread_pool.h"
 #include "phi4mm/kernels/attention.h"
 #include "phi4mm/kernels/isa.h"
 #include "phi4mm/kernels/weight_matrix.h"
+#include "test_util.h"
 
 namespace phi4mm {
 namespace {
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  for (size_t i = 0; i < n; i += 97) v[i] *= 8.0f;
-  return v;
-}
 
 bool SameBits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, static_cast<size_t>(n) * 4) == 0; }
 
@@ -41,13 +32,15 @@ TEST(BatchInvariance, EveryMatMulRowEqualsItsOneRowCall) {
       bool differs = false;
       for (int64_t rows : {1, 5, 33, 130}) {
         for (int64_t cols : {32, 96, 300, 1000}) {
-          auto base = WeightMatrix::FromF32(Random(static_cast<size_t>(rows * cols), static_cast<uint32_t>(rows + cols), 0.05f),
+          auto base = WeightMatrix::FromF32(test::GaussianWithOutliers(static_cast<size_t>(rows * cols),
+                                                                       static_cast<uint32_t>(rows + cols), 0.05f),
                                             rows, cols)
                           .Quantize(f);
           ASSERT_TRUE(base.ok());
           const WeightMatrix w = *base->ForKernels(*k);
           for (int64_t n : {2, 3, 4, 5, 7, 8, 9, 16, 17, 40}) {
-            const std::vector<float> x = Random(static_cast<size_t>(n * cols), static_cast<uint32_t>(n * 31 + cols));
+            const std::vector<float> x =
+                test::GaussianWithOutliers(static_cast<size_t>(n * cols), static_cast<uint32_t>(n * 31 + cols));
             for (bool accumulate : {false, true}) {
               for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
                 std::vector<float> many(static_cast<size_t>(n * rows), 0.25f), one(static_cast<size_t>(rows));
@@ -85,8 +78,10 @@ TEST(BatchInvariance, EveryAttentionRowEqualsItsDecodeCall) {
     for (KvDType dt : {KvDType::kF32, KvDType::kF16, KvDType::kQ8}) {
       for (int64_t past : {0, 5, 63, 250, 600}) {
         const int64_t S = 13, total = past + S, row = KvRowBytes(dt, sh.n_kv_heads, sh.head_dim);
-        const std::vector<float> kf = Random(static_cast<size_t>(total * sh.n_kv_heads * sh.head_dim), 7 + past);
-        const std::vector<float> vf = Random(static_cast<size_t>(total * sh.n_kv_heads * sh.head_dim), 9 + past);
+        const std::vector<float> kf =
+            test::GaussianWithOutliers(static_cast<size_t>(total * sh.n_kv_heads * sh.head_dim), 7 + past);
+        const std::vector<float> vf =
+            test::GaussianWithOutliers(static_cast<size_t>(total * sh.n_kv_heads * sh.head_dim), 9 + past);
         std::vector<uint8_t> k(static_cast<size_t>(total * row)), v(k.size());
         for (int64_t t = 0; t < total; ++t) {
           StoreKvRow(dt, kf.data() + t * sh.n_kv_heads * sh.head_dim, sh.n_kv_heads, sh.head_dim, k.data() + t * row);
@@ -94,7 +89,7 @@ TEST(BatchInvariance, EveryAttentionRowEqualsItsDecodeCall) {
         }
         const KvView kv{k.data(), v.data(), dt};
         const int64_t width = sh.n_heads * sh.head_dim;
-        const std::vector<float> q = Random(static_cast<size_t>(S * width), 11 + past);
+        const std::vector<float> q = test::GaussianWithOutliers(static_cast<size_t>(S * width), 11 + past);
         for (ai::Path path : {ai::Path::kAuto, ai::Path::kFlash, ai::Path::kRows}) {
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
             std::vector<float> many(static_cast<size_t>(S * width)), one(static_cast<size_t>(width));

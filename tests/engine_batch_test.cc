@@ -23,18 +23,6 @@ struct Case {
   SamplingOptions sampling;
 };
 
-Image LoadImage(const std::string& rel) {
-  auto img = DecodeImageFile(FixturePath(rel));
-  EXPECT_TRUE(img.ok()) << img.status().ToString();
-  return img.ok() ? *img : Image{};
-}
-
-AudioClip LoadAudio(const std::string& rel) {
-  auto clip = DecodeAudioFile(FixturePath(rel));
-  EXPECT_TRUE(clip.ok()) << clip.status().ToString();
-  return clip.ok() ? *clip : AudioClip{};
-}
-
 // The tiny model's original_max_position_embeddings is 32: "short" prompts start below it and
 // cross it while decoding; the others run on the long table from the start.
 std::vector<Case> Cases() {
@@ -52,15 +40,15 @@ std::vector<Case> Cases() {
                8,
                {}});
   Case img{"image", "<|user|><|image_1|>What is in this picture?<|end|><|assistant|>", {}, 6, {}};
-  img.media.images.push_back(LoadImage("images/tiny_5x7.png"));
+  img.media.images.push_back(test::FixtureImage("images/tiny_5x7.png"));
   c.push_back(img);
   Case aud{"audio", "<|user|><|audio_1|>Transcribe the audio.<|end|><|assistant|>", {}, 6, {}};
-  aud.media.audios.push_back(LoadAudio("audio/tone_1s_16k.wav"));
+  aud.media.audios.push_back(test::FixtureAudio("audio/tone_1s_16k.wav"));
   c.push_back(aud);
   Case both{"image_audio", "<|user|><|image_1|><|audio_1|>Does the sound match the picture?<|end|><|assistant|>",
             {}, 6, {}};
-  both.media.images.push_back(LoadImage("images/tiny_5x7.png"));
-  both.media.audios.push_back(LoadAudio("audio/silence_1s_16k.wav"));
+  both.media.images.push_back(test::FixtureImage("images/tiny_5x7.png"));
+  both.media.audios.push_back(test::FixtureAudio("audio/silence_1s_16k.wav"));
   c.push_back(both);
   Case sampled{"text_sampled", "<|user|>Name three colours.<|end|><|assistant|>", {}, 12, {}};
   sampled.sampling.temperature = 0.9f;
@@ -68,7 +56,7 @@ std::vector<Case> Cases() {
   sampled.sampling.seed = 7;
   c.push_back(sampled);
   Case aud2{"audio_speech", "<|user|><|audio_1|>What do you hear?<|end|><|assistant|>", {}, 5, {}};
-  aud2.media.audios.push_back(LoadAudio("audio/speech_16k_pcm16.wav"));
+  aud2.media.audios.push_back(test::FixtureAudio("audio/speech_16k_pcm16.wav"));
   c.push_back(aud2);
   c.push_back({"text_short", "<|user|>Hi<|end|><|assistant|>", {}, 20, {}});
   return c;

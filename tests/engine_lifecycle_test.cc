@@ -38,11 +38,7 @@ EngineRequest Request(const std::string& prompt, int64_t max_new) {
   return r;
 }
 
-Image TinyImage(const std::string& name = "images/tiny_5x7.png") {
-  auto img = DecodeImageFile(FixturePath(name));
-  EXPECT_TRUE(img.ok()) << img.status().ToString();
-  return img.ok() ? *img : Image{};
-}
+Image TinyImage(const std::string& name = "images/tiny_5x7.png") { return test::FixtureImage(name); }
 
 TEST(Sha256, FipsVectors) {
   Sha256 a;

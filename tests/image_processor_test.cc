@@ -28,12 +28,6 @@ nlohmann::json Cases() {
   return nlohmann::json::parse(f);
 }
 
-Image Decode(const std::string& rel) {
-  auto img = DecodeImageFile(test::FixturePath(rel));
-  EXPECT_TRUE(img.ok()) << img.status().ToString();
-  return img.ok() ? *img : Image{};
-}
-
 template <typename T>
 std::vector<T> Raw(const TensorView& t) {
   std::vector<T> v(t.nbytes / sizeof(T));
@@ -69,7 +63,7 @@ TEST(ImageProcessorParity, EveryFixtureCase) {
     const std::string id = c["id"];
     const std::string name = c["image"];
     SCOPED_TRACE(id);
-    const Image img = Decode("images/" + name);
+    const Image img = test::FixtureImage("images/" + name);
     ASSERT_EQ(img.width, c["orig_size"][0].get<int64_t>());
     ASSERT_EQ(img.height, c["orig_size"][1].get<int64_t>());
     ImageProcessorOptions opts;
@@ -121,7 +115,7 @@ TEST(ImageProcessorParity, EveryFixtureCase) {
       max_global = std::max(max_global, err);
     }
     if (!c["canvas"].is_null()) {
-      const Image canvas = Decode("image_processor/" + c["canvas"].get<std::string>());
+      const Image canvas = test::FixtureImage("image_processor/" + c["canvas"].get<std::string>());
       ASSERT_EQ(canvas.width, p.hd_width);
       ASSERT_EQ(canvas.height, p.hd_height);
       const double err = MaxCanvasError(p, canvas);
@@ -136,7 +130,7 @@ TEST(ImageProcessorParity, EveryFixtureCase) {
 // With Pillow's own decode of the real photo as input (lossless PNG), the processor output equals
 // the reference: the only difference on the JPEG path is the JPEG decoder.
 TEST(ImageProcessorParity, RealPhotoFromPillowDecode) {
-  const Image img = Decode("image_processor/pil_rgb_pipeline-cat-chonk.png");
+  const Image img = test::FixtureImage("image_processor/pil_rgb_pipeline-cat-chonk.png");
   ASSERT_EQ(img.width, 960);
   ASSERT_EQ(img.height, 686);
   auto r = ProcessImage(img, {});
@@ -159,7 +153,7 @@ TEST(ImageProcessorParity, RealPhotoFromPillowDecode) {
 }
 
 TEST(ImageProcessor, RealPhotoTakes1745Tokens) {
-  const Image img = Decode("images/pipeline-cat-chonk.jpeg");
+  const Image img = test::FixtureImage("images/pipeline-cat-chonk.jpeg");
   ASSERT_EQ(img.width, 960);
   ASSERT_EQ(img.height, 686);
   auto r = ProcessImage(img, {});

@@ -16,25 +16,17 @@
 #include "phi4mm/base/half.h"
 #include "phi4mm/kernels/quant.h"
 #include "phi4mm/kernels/weight_matrix.h"
+#include "test_util.h"
 
 namespace phi4mm {
 namespace {
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  // A few outliers, as real activations and weights have.
-  for (size_t i = 0; i < n; i += 97) v[i] *= 8.0f;
-  return v;
-}
 
 const int64_t kCols[] = {1, 31, 32, 48, 64, 96, 300, 4304};
 
 TEST(QuantFormat, Q8RoundTripWithinHalfStep) {
   for (int64_t cols : kCols) {
-    const std::vector<float> x = Random(static_cast<size_t>(cols), static_cast<uint32_t>(cols), 0.05f);
+    const std::vector<float> x =
+        test::GaussianWithOutliers(static_cast<size_t>(cols), static_cast<uint32_t>(cols), 0.05f);
     std::vector<BlockQ8_0> q(static_cast<size_t>(CeilDiv(cols, kQ8Block)));
     QuantizeRowQ8_0(x.data(), cols, q.data());
     std::vector<float> back(static_cast<size_t>(cols));
@@ -60,7 +52,8 @@ float NearestQ4KLevelDistance(const BlockQ4K& b, int j, float x) {
 // level of its sub-block nearest to it: within float rounding of the nearest level's distance.
 TEST(QuantFormat, Q4KEveryWeightGetsItsNearestLevel) {
   for (int64_t cols : kCols) {
-    std::vector<float> x = Random(static_cast<size_t>(cols), static_cast<uint32_t>(cols) + 5, 0.05f);
+    std::vector<float> x =
+        test::GaussianWithOutliers(static_cast<size_t>(cols), static_cast<uint32_t>(cols) + 5, 0.05f);
     if (cols >= 64)
       for (int i = 32; i < 64; ++i) x[i] = 0.01f + 0.001f * static_cast<float>(i);  // an all-positive sub-block
     std::vector<BlockQ4K> q(static_cast<size_t>(CeilDiv(cols, kQ4KBlock)));
@@ -85,7 +78,8 @@ TEST(QuantFormat, Q4KSearchBeatsMinMaxRounding) {
   std::vector<BlockQ4K> q(static_cast<size_t>(CeilDiv(cols, kQ4KBlock)));
   std::vector<float> back(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
-    const std::vector<float> x = Random(static_cast<size_t>(cols), static_cast<uint32_t>(r) + 101, 0.02f);
+    const std::vector<float> x =
+        test::GaussianWithOutliers(static_cast<size_t>(cols), static_cast<uint32_t>(r) + 101, 0.02f);
     QuantizeRowQ4K(x.data(), cols, q.data());
     DequantizeRowQ4K(q.data(), cols, back.data());
     for (int64_t s = 0; s < cols; s += kQ4KSub) {
@@ -114,7 +108,8 @@ TEST(QuantFormat, Q4KSearchBeatsMinMaxRounding) {
 // nearest level, and the activation quantizer stores element k at the same position.
 TEST(QuantFormat, Q4KInterleavedOrderRoundTrips) {
   for (int64_t cols : {48, 256, 300, 4304}) {
-    const std::vector<float> x = Random(static_cast<size_t>(cols), static_cast<uint32_t>(cols) + 17, 0.05f);
+    const std::vector<float> x =
+        test::GaussianWithOutliers(static_cast<size_t>(cols), static_cast<uint32_t>(cols) + 17, 0.05f);
     std::vector<BlockQ4K> q(static_cast<size_t>(CeilDiv(cols, kQ4KBlock)));
     QuantizeRowQ4K(x.data(), cols, q.data());
     std::vector<float> back(static_cast<size_t>(cols));
@@ -155,7 +150,8 @@ TEST(QuantFormat, ZeroRowsStayZero) {
 TEST(QuantActivations, EveryIsaMatchesScalarBitForBit) {
   for (const MatMulKernels* k : AvailableKernels()) {
     for (int64_t cols : kCols) {
-      const std::vector<float> x = Random(static_cast<size_t>(cols), static_cast<uint32_t>(cols) * 3, 2.0f);
+      const std::vector<float> x =
+          test::GaussianWithOutliers(static_cast<size_t>(cols), static_cast<uint32_t>(cols) * 3, 2.0f);
       std::vector<uint8_t> want(A8RowBytes(cols)), got(A8RowBytes(cols));
       QuantizeRowA8(x.data(), cols, reinterpret_cast<BlockA8*>(want.data()));
       k->quantize_a8(x.data(), cols, got.data());
@@ -172,7 +168,8 @@ const WeightFormat kFormats[] = {WeightFormat::kF32, WeightFormat::kBF16, Weight
                                  WeightFormat::kQ4K};
 
 WeightMatrix Make(int64_t rows, int64_t cols, WeightFormat f, uint32_t seed) {
-  auto w = WeightMatrix::FromF32(Random(static_cast<size_t>(rows * cols), seed, 0.05f), rows, cols).Quantize(f);
+  auto w = WeightMatrix::FromF32(test::GaussianWithOutliers(static_cast<size_t>(rows * cols), seed, 0.05f), rows, cols)
+               .Quantize(f);
   EXPECT_TRUE(w.ok());
   return *w;
 }
@@ -184,7 +181,7 @@ TEST(QuantKernels, ScalarMatchesDoubleReference) {
     for (int64_t cols : kCols) {
       const int64_t rows = 7, n = 3;
       const WeightMatrix w = Make(rows, cols, f, static_cast<uint32_t>(cols) + 11);
-      const std::vector<float> x = Random(static_cast<size_t>(n * cols), 99, 1.0f);
+      const std::vector<float> x = test::GaussianWithOutliers(static_cast<size_t>(n * cols), 99, 1.0f);
       std::vector<float> y(static_cast<size_t>(n * rows));
       w.MatMulWith(ScalarKernels(), x.data(), n, y.data(), nullptr);
       const int block = f == WeightFormat::kQ4K ? kQ4KBlock : kQ8Block;
@@ -224,7 +221,8 @@ TEST(QuantKernels, EveryIsaMatchesScalar) {
           const WeightMatrix wk = *w.ForKernels(*k);
           ASSERT_EQ(wk.layout(), k->layout[static_cast<int>(f)]);
           for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17}) {
-            const std::vector<float> x = Random(static_cast<size_t>(n * cols), static_cast<uint32_t>(n + cols), 1.0f);
+            const std::vector<float> x =
+                test::GaussianWithOutliers(static_cast<size_t>(n * cols), static_cast<uint32_t>(n + cols), 1.0f);
             std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), 0.5f), acc(want.size(), 0.5f);
             w.MatMulWith(ScalarKernels(), x.data(), n, want.data(), nullptr);
             wk.MatMulWith(*k, x.data(), n, got.data(), n % 2 ? &pool : nullptr);
@@ -349,7 +347,7 @@ TEST(QuantKernels, Q8GroupsLayoutKeepsEveryValue) {
     EXPECT_FALSE(WeightMatrix::FromStorage(WeightFormat::kQ8_0, g->data(), g->bytes() - 1, rows, cols,
                                            WeightLayout::kQ8Groups)
                      .ok());
-    const std::vector<float> x = Random(static_cast<size_t>(5 * cols), 5, 1.0f);
+    const std::vector<float> x = test::GaussianWithOutliers(static_cast<size_t>(5 * cols), 5, 1.0f);
     for (const MatMulKernels* k : AvailableKernels()) {
       for (int64_t n : {1, 5}) {
         std::vector<float> own(static_cast<size_t>(n * rows)), other(own.size());

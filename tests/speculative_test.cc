@@ -98,18 +98,6 @@ struct Case {
   SamplingOptions sampling;
 };
 
-Image LoadImage(const std::string& rel) {
-  auto img = DecodeImageFile(test::FixturePath(rel));
-  EXPECT_TRUE(img.ok()) << img.status().ToString();
-  return img.ok() ? *img : Image{};
-}
-
-AudioClip LoadAudio(const std::string& rel) {
-  auto clip = DecodeAudioFile(test::FixturePath(rel));
-  EXPECT_TRUE(clip.ok()) << clip.status().ToString();
-  return clip.ok() ? *clip : AudioClip{};
-}
-
 GenerateResult GenerateWith(const std::shared_ptr<const Model>& model, const std::vector<int32_t>& ids, LoraMode mode,
                    const MediaFeatures* features, GenerateOptions go, bool speculate) {
   if (speculate) go.speculative.mode = SpeculativeMode::kNgram;
@@ -153,14 +141,14 @@ TEST_P(SpeculativeSession, EveryCaseGivesTheAnswerWithoutSpeculation) {
                    "each.<|end|><|assistant|>",
                    {}, 40, {}});
   Case img{"image", "<|user|><|image_1|>What is in this picture?<|end|><|assistant|>", {}, 24, {}};
-  img.media.images.push_back(LoadImage("images/tiny_5x7.png"));
+  img.media.images.push_back(test::FixtureImage("images/tiny_5x7.png"));
   cases.push_back(img);
   Case aud{"audio", "<|user|><|audio_1|>Transcribe the audio.<|end|><|assistant|>", {}, 24, {}};
-  aud.media.audios.push_back(LoadAudio("audio/speech_16k_pcm16.wav"));
+  aud.media.audios.push_back(test::FixtureAudio("audio/speech_16k_pcm16.wav"));
   cases.push_back(aud);
   Case both{"image_audio", "<|user|><|image_1|><|audio_1|>Does the sound match?<|end|><|assistant|>", {}, 24, {}};
-  both.media.images.push_back(LoadImage("images/tiny_5x7.png"));
-  both.media.audios.push_back(LoadAudio("audio/tone_1s_16k.wav"));
+  both.media.images.push_back(test::FixtureImage("images/tiny_5x7.png"));
+  both.media.audios.push_back(test::FixtureAudio("audio/tone_1s_16k.wav"));
   cases.push_back(both);
   Case sampled{"seeded", "<|user|>Name three colours.<|end|><|assistant|>", {}, 40, {}};
   sampled.sampling.temperature = 0.9f;

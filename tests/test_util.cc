@@ -78,11 +78,29 @@ void MemoryTap::Tap(const std::string& name, const float* data, const std::vecto
   tensors[name] = Captured{std::vector<float>(data, data + n), shape};
 }
 
+Image FixtureImage(const std::string& rel) {
+  auto img = DecodeImageFile(FixturePath(rel));
+  EXPECT_TRUE(img.ok()) << rel << ": " << img.status().ToString();
+  return img.ok() ? *img : Image{};
+}
+
+AudioClip FixtureAudio(const std::string& rel) {
+  auto clip = DecodeAudioFile(FixturePath(rel));
+  EXPECT_TRUE(clip.ok()) << rel << ": " << clip.status().ToString();
+  return clip.ok() ? *clip : AudioClip{};
+}
+
 std::vector<float> Gaussian(size_t n, uint32_t seed, float sigma) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> d(0.0f, sigma);
   std::vector<float> v(n);
   for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<float> GaussianWithOutliers(size_t n, uint32_t seed, float sigma) {
+  std::vector<float> v = Gaussian(n, seed, sigma);
+  for (size_t i = 0; i < n; i += 97) v[i] *= 8.0f;
   return v;
 }
 

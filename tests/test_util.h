@@ -12,7 +12,9 @@
 #include "phi4mm/base/tensor_tap.h"
 #include "phi4mm/io/safetensors.h"
 #include "phi4mm/models/lora_mode.h"
+#include "phi4mm/preprocess/audio.h"
 #include "phi4mm/preprocess/audio_features.h"
+#include "phi4mm/preprocess/image.h"
 #include "phi4mm/runtime/model.h"
 
 namespace phi4mm::test {
@@ -37,6 +39,12 @@ class MemoryTap : public TensorTap {
 
 // n values drawn from N(0, sigma^2) by std::mt19937(seed): deterministic inputs for kernel tests.
 std::vector<float> Gaussian(size_t n, uint32_t seed, float sigma = 1.0f);
+// The same with every 97th value times 8: a few outliers, as real activations and weights have.
+std::vector<float> GaussianWithOutliers(size_t n, uint32_t seed, float sigma = 1.0f);
+// A fixture image or audio file (a path under tests/fixtures), decoded; a failed decode is a test
+// failure and gives an empty value.
+Image FixtureImage(const std::string& rel);
+AudioClip FixtureAudio(const std::string& rel);
 
 double MaxAbs(const std::vector<float>& v);
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
