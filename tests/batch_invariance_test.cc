@@ -7,7 +7,9 @@
 // batch" and of speculative decoding's exactness (issue: draft-free speculative decoding).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "phi4mm/base/thread_pool.h"
@@ -24,36 +26,39 @@ bool SameBits(const float* a, const float* b, int64_t n) { return std::memcmp(a,
 const WeightFormat kFormats[] = {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kQ8_0,
                                  WeightFormat::kQ4K};
 
-TEST(BatchInvariance, EveryMatMulRowEqualsItsOneRowCall) {
+// One test per table (they shard and run in parallel apart: each is a large share of the kernel
+// tests under QEMU).
+class BatchInvarianceMatMul : public ::testing::TestWithParam<const MatMulKernels*> {};
+
+TEST_P(BatchInvarianceMatMul, EveryRowEqualsItsOneRowCall) {
   ThreadPool pool(3);
-  for (const MatMulKernels* k : AvailableKernels()) {
-    for (WeightFormat f : kFormats) {
-      SCOPED_TRACE(std::string(k->name) + " " + WeightFormatName(f));
-      bool differs = false;
-      for (int64_t rows : {1, 5, 33, 130}) {
-        for (int64_t cols : {32, 96, 300, 1000}) {
-          auto base = WeightMatrix::FromF32(test::GaussianWithOutliers(static_cast<size_t>(rows * cols),
-                                                                       static_cast<uint32_t>(rows + cols), 0.05f),
-                                            rows, cols)
-                          .Quantize(f);
-          ASSERT_TRUE(base.ok());
-          const WeightMatrix w = *base->ForKernels(*k);
-          for (int64_t n : {2, 3, 4, 5, 7, 8, 9, 16, 17, 40}) {
-            const std::vector<float> x =
-                test::GaussianWithOutliers(static_cast<size_t>(n * cols), static_cast<uint32_t>(n * 31 + cols));
-            for (bool accumulate : {false, true}) {
-              for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-                std::vector<float> many(static_cast<size_t>(n * rows), 0.25f), one(static_cast<size_t>(rows));
-                w.MatMulWith(*k, x.data(), n, many.data(), p, accumulate);
-                for (int64_t i = 0; i < n; ++i) {
-                  std::fill(one.begin(), one.end(), 0.25f);
-                  w.MatMulWith(*k, x.data() + i * cols, 1, one.data(), p, accumulate);
-                  if (differs) break;
-                  differs = !SameBits(many.data() + i * rows, one.data(), rows);
-                  EXPECT_FALSE(differs)
-                      << k->name << " " << WeightFormatName(f) << " rows=" << rows << " cols=" << cols << " n=" << n
-                      << " row " << i << (accumulate ? " accumulate" : "") << (p ? " threads" : "");
-                }
+  const MatMulKernels* k = GetParam();
+  for (WeightFormat f : kFormats) {
+    SCOPED_TRACE(std::string(k->name) + " " + WeightFormatName(f));
+    bool differs = false;
+    for (int64_t rows : {1, 5, 33, 130}) {
+      for (int64_t cols : {32, 96, 300, 1000}) {
+        auto base = WeightMatrix::FromF32(test::GaussianWithOutliers(static_cast<size_t>(rows * cols),
+                                                                     static_cast<uint32_t>(rows + cols), 0.05f),
+                                          rows, cols)
+                        .Quantize(f);
+        ASSERT_TRUE(base.ok());
+        const WeightMatrix w = *base->ForKernels(*k);
+        for (int64_t n : {2, 3, 4, 5, 7, 8, 9, 16, 17, 40}) {
+          const std::vector<float> x =
+              test::GaussianWithOutliers(static_cast<size_t>(n * cols), static_cast<uint32_t>(n * 31 + cols));
+          for (bool accumulate : {false, true}) {
+            for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+              std::vector<float> many(static_cast<size_t>(n * rows), 0.25f), one(static_cast<size_t>(rows));
+              w.MatMulWith(*k, x.data(), n, many.data(), p, accumulate);
+              for (int64_t i = 0; i < n; ++i) {
+                std::fill(one.begin(), one.end(), 0.25f);
+                w.MatMulWith(*k, x.data() + i * cols, 1, one.data(), p, accumulate);
+                if (differs) break;
+                differs = !SameBits(many.data() + i * rows, one.data(), rows);
+                EXPECT_FALSE(differs) << k->name << " " << WeightFormatName(f) << " rows=" << rows << " cols=" << cols
+                                      << " n=" << n << " row " << i << (accumulate ? " accumulate" : "")
+                                      << (p ? " threads" : "");
               }
             }
           }
@@ -62,6 +67,14 @@ TEST(BatchInvariance, EveryMatMulRowEqualsItsOneRowCall) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Tables, BatchInvarianceMatMul, ::testing::ValuesIn(AvailableKernels()),
+                         [](const ::testing::TestParamInfo<const MatMulKernels*>& info) {
+                           std::string name = info.param->name;
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return name;
+                         });
 
 // Each position of an S-row causal call equals the one-row call at that position (what a decode
 // step computes), for every attention table, KV format, path and thread count; long pasts cross

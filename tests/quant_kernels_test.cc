@@ -208,40 +208,54 @@ TEST(QuantKernels, ScalarMatchesDoubleReference) {
   }
 }
 
-// Every table against the scalar one on the same quantized weights.
+// Every table against the scalar one on the same quantized weights. The scalar result and each
+// element's tolerance are computed once per case and checked against every table.
 TEST(QuantKernels, EveryIsaMatchesScalar) {
   ThreadPool pool(3);
-  for (const MatMulKernels* k : AvailableKernels()) {
-    for (WeightFormat f : kFormats) {
-      for (int64_t rows : {1, 3, 7, 33, 130}) {
-        for (int64_t cols : {32, 48, 64, 96, 300, 4304}) {
-          if (cols == 4304 && rows > 33) continue;
-          const WeightMatrix w = Make(rows, cols, f, static_cast<uint32_t>(rows * 7 + cols));
-          // The table's tile reads its own layout, as the model loaders give it (ForKernels).
-          const WeightMatrix wk = *w.ForKernels(*k);
-          ASSERT_EQ(wk.layout(), k->layout[static_cast<int>(f)]);
-          for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17}) {
-            const std::vector<float> x =
-                test::GaussianWithOutliers(static_cast<size_t>(n * cols), static_cast<uint32_t>(n + cols), 1.0f);
-            std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size(), 0.5f), acc(want.size(), 0.5f);
-            w.MatMulWith(ScalarKernels(), x.data(), n, want.data(), nullptr);
-            wk.MatMulWith(*k, x.data(), n, got.data(), n % 2 ? &pool : nullptr);
-            wk.MatMulWith(*k, x.data(), n, acc.data(), &pool, /*accumulate=*/true);
-            std::vector<float> wr(static_cast<size_t>(cols));
-            for (int64_t r = 0; r < rows; ++r) {
-              w.Row(r, wr.data());
-              for (int64_t i = 0; i < n; ++i) {
-                // Summation order differs between tables; Q4_K also subtracts a min term, so the
-                // scale includes the row's largest weight.
-                double mag = 0, wmax = 0;
-                for (int64_t c = 0; c < cols; ++c) wmax = std::max(wmax, std::fabs(double{wr[c]}));
-                for (int64_t c = 0; c < cols; ++c) mag += (std::fabs(double{wr[c]}) + wmax) * std::fabs(x[i * cols + c]);
-                const double tol = 1e-5 * mag + 1e-6;
-                const size_t at = static_cast<size_t>(i * rows + r);
-                ASSERT_NEAR(got[at], want[at], tol) << k->name << " " << WeightFormatName(f) << " rows=" << rows
-                                                    << " cols=" << cols << " n=" << n << " r=" << r << " i=" << i;
-                ASSERT_NEAR(acc[at], want[at] + 0.5f, tol + 1e-6) << k->name << " accumulate";
-              }
+  const std::vector<const MatMulKernels*> tables = AvailableKernels();
+  for (WeightFormat f : kFormats) {
+    for (int64_t rows : {1, 3, 7, 33, 130}) {
+      for (int64_t cols : {32, 48, 64, 96, 300, 4304}) {
+        if (cols == 4304 && rows > 33) continue;
+        const WeightMatrix w = Make(rows, cols, f, static_cast<uint32_t>(rows * 7 + cols));
+        // Each table's tile reads its own layout, as the model loaders give it (ForKernels).
+        std::vector<WeightMatrix> wk;
+        for (const MatMulKernels* k : tables) {
+          wk.push_back(*w.ForKernels(*k));
+          ASSERT_EQ(wk.back().layout(), k->layout[static_cast<int>(f)]);
+        }
+        // Summation order differs between tables; Q4_K also subtracts a min term, so the scale
+        // includes the row's largest weight.
+        std::vector<float> wr(static_cast<size_t>(rows * cols));
+        std::vector<double> wmax(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) {
+          w.Row(r, wr.data() + r * cols);
+          for (int64_t c = 0; c < cols; ++c) wmax[r] = std::max(wmax[r], std::fabs(double{wr[r * cols + c]}));
+        }
+        for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17}) {
+          const std::vector<float> x =
+              test::GaussianWithOutliers(static_cast<size_t>(n * cols), static_cast<uint32_t>(n + cols), 1.0f);
+          std::vector<float> want(static_cast<size_t>(n * rows));
+          w.MatMulWith(ScalarKernels(), x.data(), n, want.data(), nullptr);
+          std::vector<double> tol(want.size());
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t i = 0; i < n; ++i) {
+              double mag = 0;
+              for (int64_t c = 0; c < cols; ++c)
+                mag += (std::fabs(double{wr[r * cols + c]}) + wmax[r]) * std::fabs(x[i * cols + c]);
+              tol[static_cast<size_t>(i * rows + r)] = 1e-5 * mag + 1e-6;
+            }
+          }
+          for (size_t t = 0; t < tables.size(); ++t) {
+            const MatMulKernels& k = *tables[t];
+            std::vector<float> got(want.size(), 0.5f), acc(want.size(), 0.5f);
+            wk[t].MatMulWith(k, x.data(), n, got.data(), n % 2 ? &pool : nullptr);
+            wk[t].MatMulWith(k, x.data(), n, acc.data(), &pool, /*accumulate=*/true);
+            for (size_t at = 0; at < want.size(); ++at) {
+              ASSERT_NEAR(got[at], want[at], tol[at])
+                  << k.name << " " << WeightFormatName(f) << " rows=" << rows << " cols=" << cols << " n=" << n
+                  << " r=" << at % rows << " i=" << at / rows;
+              ASSERT_NEAR(acc[at], want[at] + 0.5f, tol[at] + 1e-6) << k.name << " accumulate";
             }
           }
         }

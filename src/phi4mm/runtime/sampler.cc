@@ -110,9 +110,8 @@ void Sampler::RecordTop(std::span<const float> logits, double log_sum_exp) {
   if (k == 0) return;
   idx_.resize(logits.size());
   std::iota(idx_.begin(), idx_.end(), 0);
-  std::partial_sort(idx_.begin(), idx_.begin() + static_cast<std::ptrdiff_t>(k), idx_.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  std::partial_sort(idx_.begin(), idx_.begin() + static_cast<std::ptrdiff_t>(k), idx_.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   for (size_t i = 0; i < k; ++i)
     last_.top.emplace_back(idx_[i], static_cast<float>(static_cast<double>(logits[idx_[i]]) - log_sum_exp));
 }
@@ -149,29 +148,45 @@ int32_t Sampler::Next(std::span<float> logits, std::span<const int32_t> history)
 // ids whose logit is within log(min_p) of the maximum (p >= p_max * min_p); with none of them the
 // draw walks the ids in id order. The kept set and its probabilities are those of a full sort
 // (ties among equal logits broken by id); only the walk order, and with it which id a given seed
-// draws, can differ from a sorted walk. About 1 ms of exp() per pass over 200k ids remains.
+// draws, can differ from a sorted walk. Ids at -inf (masked by an output constraint or a bias)
+// are no candidates: their weight is 0, so leaving them out changes no sum and no draw, and a
+// constrained token pays exp() only for the ids its grammar allows. Each candidate's weight is
+// computed once (about 1 ms of exp() per pass over 200k ids).
 int32_t Sampler::Sample(std::span<float> logits) {
   const int64_t n = std::min<int64_t>(static_cast<int64_t>(logits.size()), sample_vocab_);
   for (int64_t i = 0; i < n; ++i) logits[i] /= opts_.temperature;
-  const auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
   float mx = logits[0];
   for (int64_t i = 1; i < n; ++i) mx = std::max(mx, logits[i]);
-  // Candidates: the top-k ids sorted by logit, or every id in id order.
+  // Candidates: the top-k ids sorted by logit, or every id above -inf in id order (every id when
+  // all are at -inf).
   const bool top_k = opts_.top_k > 0 && opts_.top_k < n;
-  idx_.resize(static_cast<size_t>(n));
-  std::iota(idx_.begin(), idx_.end(), 0);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  idx_.clear();
+  if (!top_k && mx > kMasked) {
+    for (int64_t i = 0; i < n; ++i)
+      if (logits[i] > kMasked) idx_.push_back(static_cast<int32_t>(i));
+  } else {
+    idx_.resize(static_cast<size_t>(n));
+    std::iota(idx_.begin(), idx_.end(), 0);
+  }
   if (top_k) {
     std::partial_sort(idx_.begin(), idx_.begin() + opts_.top_k, idx_.end(), by_logit);
     idx_.resize(static_cast<size_t>(opts_.top_k));
   }
   bool sorted = top_k;
-  auto weight = [&](int32_t id) { return std::exp(static_cast<double>(logits[id] - mx)); };
+  weight_.resize(static_cast<size_t>(n));
+  auto weight = [&](int32_t id) { return weight_[id] = std::exp(static_cast<double>(logits[id] - mx)); };
   size_t keep = idx_.size();
+  bool weighed = false;  // weight_ holds every candidate's weight
   if (opts_.top_p < 1.0f) {
     // The smallest prefix (by descending logit) whose mass reaches top_p of the candidates' (at
     // least one id): sort a prefix, and widen it only when it falls short.
     double total = 0;
     for (int32_t id : idx_) total += weight(id);
+    weighed = true;
     const double want = static_cast<double>(opts_.top_p) * total;
     size_t m = std::min<size_t>(idx_.size(), 256);
     for (;;) {
@@ -182,7 +197,7 @@ int32_t Sampler::Sample(std::span<float> logits) {
       double cum = 0;
       size_t k = 0;
       while (k < m) {
-        cum += weight(idx_[k++]);
+        cum += weight_[idx_[k++]];
         if (cum >= want) break;
       }
       if (cum >= want || m == idx_.size()) {
@@ -205,14 +220,13 @@ int32_t Sampler::Sample(std::span<float> logits) {
           std::remove_if(idx_.begin(), idx_.end(), [&](int32_t id) { return logits[id] < floor; }) - idx_.begin());
     }
   }
-  // The kept ids' weights once, for their sum and the walk.
-  std::vector<double> p(keep);
+  // The kept ids' sum, then the walk.
   double kept_total = 0;
-  for (size_t i = 0; i < keep; ++i) kept_total += p[i] = weight(idx_[i]);
+  for (size_t i = 0; i < keep; ++i) kept_total += weighed ? weight_[idx_[i]] : weight(idx_[i]);
   std::uniform_real_distribution<double> u(0.0, kept_total);
   double r = u(rng_), acc = 0;
   for (size_t i = 0; i < keep; ++i) {
-    acc += p[i];
+    acc += weight_[idx_[i]];
     if (r < acc) return idx_[i];
   }
   return idx_[keep - 1];

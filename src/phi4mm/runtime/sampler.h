@@ -80,6 +80,7 @@ class Sampler {
   int64_t sample_vocab_;
   std::mt19937_64 rng_;
   std::vector<int32_t> idx_;
+  std::vector<double> weight_;  // a candidate's exp(logit - max) by id, during Sample
   bool prompt_length_set_ = false;
   size_t prompt_length_ = 0;
   std::vector<float> processed_;  // the logits after bias and penalties, kept while sampling
