@@ -12,7 +12,8 @@
 #     tails, the decoder, vision and speech parity tests, and a `phi4mm run` smoke.
 #  4. A q4 and a q8 `phi4mm quantize` folder written on x86-64 and on aarch64 are byte-identical,
 #     and each binary gives the same greedy tokens from either folder.
-# STAGES="1 2 3 4" (the default) picks stages.
+# STAGES="1 2 3 4" (the default) picks stages; STAGES=cross only makes the aarch64 build of stage 3
+# (CI starts it early, at low priority, beside other stages).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stages=" ${STAGES:-1 2 3 4} "
@@ -72,7 +73,7 @@ fi
 # directly, not through QEMU's -L sysroot prefix: under -L, the first pthread_create of any
 # dynamically linked program spins forever (QEMU 7.2 and 10.0 alike, docs/portability.md).
 qa=(qemu-aarch64 /lib/ld-linux-aarch64.so.1)
-if [[ $stages == *" 3 "* || $stages == *" 4 "* ]]; then
+if [[ $stages == *" 3 "* || $stages == *" 4 "* || $stages == *" cross "* ]]; then
   echo "== portability 3: aarch64 cross build (phi4mm_cli, phi4mm_tests) =="
   SECONDS=0
   # CMakePresets.json "aarch64": the cross toolchain, -Werror, PHI4MM_GRAMMAR=OFF (setup.sh builds
