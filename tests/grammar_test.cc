@@ -14,6 +14,7 @@
 #include "phi4mm/runtime/engine.h"
 #include "phi4mm/runtime/output_constraint.h"
 #include "phi4mm/runtime/session.h"
+#include "phi4mm/tokenizer/chat_format.h"
 #include "test_util.h"
 
 namespace phi4mm {
@@ -228,6 +229,75 @@ TEST(ConstrainedGeneration, SampledAnswersFollowTheSchemaInSessionAndEngineAlike
     ASSERT_TRUE(er.ok()) << er.status().ToString();
     EXPECT_EQ(er->generation.tokens, r->tokens) << what;
     EXPECT_EQ(er->generation.text, r->text);
+  }
+}
+
+// Speculative decoding under a constraint: a draft is cut where the grammar refuses (those rows
+// could never be taken), without moving the answer's own state, and the answer is the one
+// without speculation.
+TEST(ConstrainedGeneration, DraftsStopWhereTheGrammarRefuses) {
+  auto model = Trained();
+  ASSERT_TRUE(model);
+  auto g = (*model->grammar())->JsonSchema(kPersonSchema);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  OutputConstraint c;
+  c.grammar = *g;
+  auto valid = model->tokenizer().Encode(R"({"name": "Al", "age": 3)");
+  auto bad = model->tokenizer().Encode("hello");
+  ASSERT_TRUE(valid.ok() && bad.ok());
+  std::vector<int32_t> ids = *valid;
+  ids.insert(ids.end(), bad->begin(), bad->end());
+  const int32_t stop = 200020;
+  ConstraintState st(c, std::span(&stop, 1));
+  EXPECT_EQ(st.AllowedPrefix(ids), valid->size());
+  EXPECT_EQ(st.AllowedPrefix(*bad), 0u);
+  // The state did not move: the valid ids are still accepted from the start, one by one.
+  for (int32_t id : *valid) ASSERT_TRUE(st.Accept(id).ok());
+  EXPECT_EQ(st.AllowedPrefix(*bad), 0u);
+  EXPECT_EQ(ConstraintState(OutputConstraint{}, std::span(&stop, 1)).AllowedPrefix(ids), ids.size());
+
+  auto prompt = model->tokenizer().Encode("<|user|>Describe a person as JSON.<|end|><|assistant|>");
+  ASSERT_TRUE(prompt.ok());
+  auto engine = Engine::Start(model);
+  ASSERT_TRUE(engine.ok());
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    Session plain_session(model);
+    auto plain = plain_session.Generate(*prompt, LoraMode::kNone, Sampled(c, seed));
+    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+    // The answer with a placeholder id (never allowed by the grammar) after each of its ids: the
+    // answer's last id is found in it, and what follows is refused at once, so nothing is drafted
+    // (without the cut every step would verify a draft that starts with it).
+    GenerateOptions refused = Sampled(c, seed);
+    for (int32_t id : plain->tokens)
+      refused.speculative.prediction.insert(refused.speculative.prediction.end(), {id, kImageTokenId});
+    // The answer itself as the prediction: drafts are allowed and taken.
+    GenerateOptions right = Sampled(c, seed);
+    right.speculative.prediction = plain->tokens;
+    for (const bool is_right : {false, true}) {
+      const GenerateOptions& o = is_right ? right : refused;
+      const std::string what = "seed " + std::to_string(seed) + (is_right ? " right" : " refused");
+      Session s(model);
+      auto r = s.Generate(*prompt, LoraMode::kNone, o);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->tokens, plain->tokens) << what;
+      EXPECT_EQ(r->text, plain->text) << what;
+      EngineRequest req;
+      req.prompt_ids = *prompt;
+      req.generate = o;
+      auto h = (*engine)->Submit(std::move(req));
+      ASSERT_TRUE(h.ok());
+      auto er = h->Wait();
+      ASSERT_TRUE(er.ok()) << er.status().ToString();
+      EXPECT_EQ(er->generation.tokens, plain->tokens) << what;
+      for (const GenerateResult* res : {&*r, &er->generation}) {
+        if (is_right) {
+          EXPECT_GT(res->accepted_draft_tokens, 0) << what;
+          EXPECT_LE(res->accepted_draft_tokens, res->draft_tokens) << what;
+        } else {
+          EXPECT_EQ(res->draft_tokens, 0) << what;
+        }
+      }
+    }
   }
 }
 

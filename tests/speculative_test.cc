@@ -4,7 +4,8 @@
 // image + audio prompts on the tiny fixture (both layouts; prompts that cross the LongRoPE switch
 // while decoding), for 200 random prompts on the tiny fixture and 40 on the trained one, and for
 // copy-heavy prompts on the trained fixture, where drafts are accepted; and a chat's next turn
-// after a speculative answer equals the one after a plain answer. (The engine's side:
+// after a speculative answer equals the one after a plain answer. The engine's n-gram pool: what it
+// learns and keeps within its memory, and requests drafting from it. (The engine's side:
 // tests/engine_batch_test.cc; the server's: tests/python/test_speculative.py.)
 #include <gtest/gtest.h>
 
@@ -13,8 +14,10 @@
 #include <sstream>
 
 #include "phi4mm/runtime/chat.h"
+#include "phi4mm/runtime/engine.h"
 #include "phi4mm/runtime/media.h"
 #include "phi4mm/runtime/speculative.h"
+#include "phi4mm/tokenizer/chat_format.h"
 #include "test_util.h"
 
 namespace phi4mm {
@@ -271,6 +274,89 @@ TEST(SpeculativeGenerate, AChatTurnAfterASpeculativeAnswerEqualsTheOneAfterAPlai
     EXPECT_EQ(spec.session().tokens(), plain.session().tokens()) << turn;
     EXPECT_EQ(spec.session().cached_tokens(), plain.session().cached_tokens()) << turn;
   }
+}
+
+TEST(SpeculativePool, LearnsContinuationsWithinItsMemory) {
+  NgramPool pool(int64_t{64} << 10);
+  EXPECT_TRUE(pool.on());
+  EXPECT_EQ(pool.bytes(), 0);  // allocated at the first Add
+  EXPECT_TRUE(pool.Lookup(std::vector<int32_t>{1, 2, 3}, 8).empty());
+  pool.Add(std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7});
+  EXPECT_GT(pool.bytes(), 0);
+  EXPECT_LE(pool.bytes(), int64_t{64} << 10);
+  EXPECT_EQ(pool.Lookup(std::vector<int32_t>{1, 2, 3}, 8), (std::vector<int32_t>{4, 5, 6, 7}));
+  EXPECT_EQ(pool.Lookup(std::vector<int32_t>{1, 2, 3}, 2), (std::vector<int32_t>{4, 5}));
+  // No 3-gram (9, 2, 3): the 2-gram (2, 3).
+  EXPECT_EQ(pool.Lookup(std::vector<int32_t>{9, 2, 3}, 8), (std::vector<int32_t>{4, 5, 6, 7}));
+  EXPECT_TRUE(pool.Lookup(std::vector<int32_t>{9, 9}, 8).empty());
+  EXPECT_TRUE(pool.Lookup(std::vector<int32_t>{7}, 8).empty());  // one id is no n-gram
+  EXPECT_EQ(pool.Lookup(std::vector<int32_t>{1, 2, 3}, 0), std::vector<int32_t>{});
+  // The newest text wins.
+  pool.Add(std::vector<int32_t>{1, 2, 3, 9, 9});
+  EXPECT_EQ(pool.Lookup(std::vector<int32_t>{1, 2, 3}, 8), (std::vector<int32_t>{9, 9}));
+  // Placeholders: no n-gram holds one, and a continuation stops before one.
+  pool.Add(std::vector<int32_t>{20, 21, 22, kAudioTokenId, 23, kImageTokenId, kImageTokenId, 24, 25, 26});
+  EXPECT_EQ(pool.Lookup(std::vector<int32_t>{20, 21}, 8), (std::vector<int32_t>{22}));
+  EXPECT_TRUE(pool.Lookup(std::vector<int32_t>{21, 22}, 8).empty());
+  EXPECT_TRUE(pool.Lookup(std::vector<int32_t>{kImageTokenId, 24}, 8).empty());
+  EXPECT_EQ(pool.Lookup(std::vector<int32_t>{24, 25}, 8), (std::vector<int32_t>{26}));
+  // Much more text than the table holds: the memory stays what it was.
+  const int64_t bytes = pool.bytes();
+  std::mt19937 rng(5);
+  std::vector<int32_t> many(200000);
+  for (int32_t& id : many) id = static_cast<int32_t>(rng() % 5000);
+  pool.Add(many);
+  EXPECT_EQ(pool.bytes(), bytes);
+  NgramPool off(0);
+  off.Add(many);
+  EXPECT_FALSE(off.on());
+  EXPECT_EQ(off.bytes(), 0);
+  EXPECT_TRUE(off.Lookup(many, 8).empty());
+}
+
+// A request drafts from what an earlier request's answer continued the same ids with: the same
+// answers as without the pool (and as a plain engine), with drafts from the pool taken.
+TEST(SpeculativePool, ALaterRequestDraftsFromAnEarlierAnswer) {
+  auto model = test::TinyModel("orig");
+  auto prompt = model->tokenizer().Encode("<|user|>Tell me a short story about a robot.<|end|><|assistant|>");
+  ASSERT_TRUE(prompt.ok());
+  std::vector<std::vector<int32_t>> answers[2];
+  EngineStats stats[2];
+  for (int pooled = 0; pooled < 2; ++pooled) {
+    EngineOptions eo;
+    eo.ngram_pool_bytes = pooled ? int64_t{1} << 20 : 0;
+    eo.prefix_cache_bytes = 0;
+    auto engine = Engine::Start(model, eo);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    for (int i = 0; i < 2; ++i) {
+      EngineRequest req;
+      req.prompt_ids = *prompt;
+      req.generate.max_new_tokens = 40;
+      req.generate.stop_ids = {-1};
+      req.generate.speculative.mode = SpeculativeMode::kNgram;
+      auto h = (*engine)->Submit(std::move(req));
+      ASSERT_TRUE(h.ok());
+      auto r = h->Wait();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      answers[pooled].push_back(r->generation.tokens);
+    }
+    stats[pooled] = (*engine)->stats();
+  }
+  Session plain(model);
+  GenerateOptions go;
+  go.max_new_tokens = 40;
+  go.stop_ids = {-1};
+  auto want = plain.Generate(*prompt, LoraMode::kNone, go);
+  ASSERT_TRUE(want.ok());
+  for (int pooled = 0; pooled < 2; ++pooled)
+    for (const auto& a : answers[pooled]) EXPECT_EQ(a, want->tokens) << (pooled ? "with the pool" : "without");
+  EXPECT_EQ(stats[0].pool_draft_tokens, 0);
+  EXPECT_EQ(stats[0].ngram_pool_bytes, 0);
+  EXPECT_GT(stats[1].pool_accepted_tokens, 0);
+  EXPECT_LE(stats[1].pool_accepted_tokens, stats[1].pool_draft_tokens);
+  EXPECT_GT(stats[1].accepted_draft_tokens, stats[0].accepted_draft_tokens);
+  EXPECT_LE(stats[1].ngram_pool_bytes, int64_t{1} << 20);
+  EXPECT_GT(stats[1].ngram_pool_bytes, 0);
 }
 
 }  // namespace

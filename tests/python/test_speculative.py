@@ -2,7 +2,9 @@
 Phi-4-mini-shaped decoder with the real tokenizer): OpenAI's Predicted Outputs (`prediction`)
 give the answer given without them, byte for byte, greedy and seeded, streamed or not, and
 `usage.completion_tokens_details` counts the accepted and rejected prediction tokens; a server
-started with `--speculative ngram` (and a request's own `"speculative"`) answers as a plain one;
+started with `--speculative ngram` (and a request's own `"speculative"`) answers as a plain one,
+and its n-gram pool drafts a request's answer from an earlier one's (nothing with
+`--ngram-pool-mb 0`);
 a malformed prediction is a 400 naming the field.
 """
 import openai
@@ -89,6 +91,34 @@ def test_ngram_servers_and_requests_answer_as_plain_ones(plain, ngram):
     _, _, usage = answer(fast)
     d = usage.completion_tokens_details
     assert d is not None and d.accepted_prediction_tokens > 0, "the copying prompt took no draft"
+
+
+def test_the_ngram_pool_drafts_from_earlier_requests_unless_it_is_off(plain, ngram):
+    poem = [{"role": "user", "content": "Write four lines about a quiet harbour at night."}]
+
+    def ask(server):
+        r = client(server).chat.completions.create(model="m", messages=poem, max_tokens=40, temperature=0)
+        return r.choices[0].message.content
+
+    def pool(server):
+        m = server.metrics()
+        return m["phi4mm_ngram_pool_accepted_tokens_total"], m["phi4mm_ngram_pool_bytes"]
+
+    want = ask(plain)
+    off = phi4mm_server.Server("--speculative", "ngram", "--ngram-pool-mb", "0",
+                               model=phi4mm_server.fixture("trained/orig"))
+    try:
+        before, _ = pool(ngram)
+        assert [ask(ngram), ask(ngram)] == [want, want]
+        after, size = pool(ngram)
+        assert after > before, "the second request took nothing from the first one's answer"
+        assert 0 < size <= 16 << 20
+        assert [ask(off), ask(off)] == [want, want]
+        assert pool(off) == (0, 0)
+    finally:
+        assert off.stop() == 0
+    with pytest.raises(RuntimeError, match="serve limits must be positive"):
+        phi4mm_server.Server("--ngram-pool-mb", "-1", model=phi4mm_server.fixture("trained/orig"))
 
 
 @pytest.mark.parametrize("body,param", [

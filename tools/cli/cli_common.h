@@ -111,6 +111,7 @@ struct ServeFlags {
   int64_t max_body_mb = 32, max_media_mb = 20, max_images = 8, max_audios = 4;
   std::string speculative = "none";  // the requests' default (each may choose its own)
   int draft_max = 8;
+  int64_t ngram_pool_mb = 16;  // drafts learnt across requests (ngram); 0 = off
   int64_t max_image_pixels = 4096 * 4096, max_audio_seconds = 600;
   int64_t dynamic_hd = 0, max_dynamic_hd = 0, default_max_tokens = 2048;
   double request_timeout = 1800, drain_seconds = 30, sse_ping_seconds = 5;

@@ -59,6 +59,10 @@ void ServeFlags::Register(CLI::App* app) {
   app->add_option("--draft-max", draft_max, "Drafted tokens per verify step, at most")
       ->check(CLI::Range(1, kMaxDraft))
       ->capture_default_str();
+  app->add_option("--ngram-pool-mb", ngram_pool_mb,
+                  "ngram requests also draft from what earlier requests' text continued the same ids with, in a table "
+                  "of this size; 0 = off (then no request's text can speed up another's)")
+      ->capture_default_str();
   app->add_option("--max-audios", max_audios, "Audio clips per request")->capture_default_str();
   app->add_option("--max-image-pixels", max_image_pixels, "Largest image (width x height), checked from the header")
       ->capture_default_str();
@@ -195,7 +199,7 @@ int ServeCommand(const ServeFlags& f) {
       f.drain_seconds < 0 || f.dynamic_hd < 0 || f.max_dynamic_hd < 0 || f.default_max_tokens < 1 ||
       f.max_connections < 1 || f.max_connections_per_client < 1 || f.http_workers < 1 || f.header_timeout <= 0 ||
       f.body_timeout <= 0 || f.idle_timeout <= 0 || f.media_budget_mb < 1 || f.prefix_cache_mb < 0 ||
-      f.media_cache_mb < 0)
+      f.media_cache_mb < 0 || f.ngram_pool_mb < 0)
     return ReportError(InvalidArgument("serve limits must be positive (and --max-audio-seconds at most " +
                                        std::to_string(kMaxAudioSeconds) + ")"));
   auto keys = ApiKeys(f);
@@ -268,6 +272,7 @@ int ServeCommand(const ServeFlags& f) {
   eo.kv_swap_bytes = f.kv_swap_gb < 0 ? -1 : static_cast<int64_t>(f.kv_swap_gb * static_cast<double>(int64_t{1} << 30));
   eo.prefix_cache_bytes = f.prefix_cache_mb << 20;
   eo.media_cache_bytes = f.media_cache_mb << 20;
+  eo.ngram_pool_bytes = f.ngram_pool_mb << 20;
   auto engine = Engine::Start(*model, eo);
   if (!engine.ok()) return ReportError(engine.status());
   srv.SetEngine(*model, std::move(engine).value());

@@ -174,6 +174,14 @@ std::string Metrics::Render(const BuildInfo& b, const EngineStats* e, const Serv
              static_cast<double>(e->draft_tokens));
     t.Single("phi4mm_accepted_draft_tokens_total", "counter", "Speculative decoding: drafted tokens the answers took.",
              static_cast<double>(e->accepted_draft_tokens));
+    t.Single("phi4mm_ngram_pool_draft_tokens_total", "counter",
+             "Speculative decoding: drafted tokens that came from the n-gram pool of earlier requests.",
+             static_cast<double>(e->pool_draft_tokens));
+    t.Single("phi4mm_ngram_pool_accepted_tokens_total", "counter",
+             "Speculative decoding: drafted tokens from the n-gram pool that the answers took.",
+             static_cast<double>(e->pool_accepted_tokens));
+    t.Single("phi4mm_ngram_pool_bytes", "gauge", "Memory of the n-gram pool (allocated at its first use).",
+             static_cast<double>(e->ngram_pool_bytes));
     t.Single("phi4mm_images_encoded_total", "counter", "Images run through the vision encoder.",
            static_cast<double>(e->images_encoded));
     t.Single("phi4mm_audios_encoded_total", "counter", "Clips run through the speech encoder.",

@@ -87,6 +87,8 @@ class Matcher {
   void MaskLogits(std::span<float> logits);
   // Advances past `id`; false (and no change) when the grammar does not allow it.
   bool Accept(int32_t id);
+  // A copy in the same state that moves on its own (to try ids, e.g. a draft, without moving this one).
+  Matcher Fork() const;
   // A stop id was accepted: the grammar's text is complete and ended.
   bool terminated() const;
   // Why the grammar engine failed ("" while it has not): a failed matcher allows no id.
@@ -94,6 +96,7 @@ class Matcher {
 
  private:
   struct Impl;
+  explicit Matcher(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

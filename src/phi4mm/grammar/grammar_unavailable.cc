@@ -33,6 +33,7 @@ Result<std::shared_ptr<const CompiledGrammar>> Compiler::JsonObject() {
 
 struct Matcher::Impl {};
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar>, std::span<const int32_t>) {}
+Matcher::Matcher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Matcher::~Matcher() = default;
 Matcher::Matcher(Matcher&&) noexcept = default;
 Matcher& Matcher::operator=(Matcher&&) noexcept = default;
@@ -40,6 +41,7 @@ void Matcher::MaskLogits(std::span<float> logits) {
   for (float& x : logits) x = -std::numeric_limits<float>::infinity();
 }
 bool Matcher::Accept(int32_t) { return false; }
+Matcher Matcher::Fork() const { return Matcher(std::make_unique<Impl>()); }
 bool Matcher::terminated() const { return false; }
 const std::string& Matcher::error() const {
   static const std::string kError = "this phi4mm was built without a grammar engine";

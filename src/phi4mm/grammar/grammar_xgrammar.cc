@@ -178,6 +178,15 @@ struct Matcher::Impl {
       Fail(e);
     }
   }
+  // A deep copy (XGrammar's Fork): the parser state is not shared.
+  Impl(const Impl& o) : grammar(o.grammar), error(o.error), bits(o.bits.size()) {
+    if (!o.matcher) return;
+    try {
+      matcher.emplace(o.matcher->Fork());
+    } catch (const std::exception& e) {
+      Fail(e);
+    }
+  }
   void Fail(const std::exception& e) {
     matcher.reset();
     error = e.what();
@@ -190,6 +199,7 @@ struct Matcher::Impl {
 
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::span<const int32_t> stop_ids)
     : impl_(std::make_unique<Impl>(std::move(grammar), stop_ids)) {}
+Matcher::Matcher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Matcher::~Matcher() = default;
 Matcher::Matcher(Matcher&&) noexcept = default;
 Matcher& Matcher::operator=(Matcher&&) noexcept = default;
@@ -238,6 +248,8 @@ bool Matcher::Accept(int32_t id) {
     return false;
   }
 }
+
+Matcher Matcher::Fork() const { return Matcher(std::make_unique<Impl>(*impl_)); }
 
 const std::string& Matcher::error() const { return impl_->error; }
 

@@ -50,6 +50,9 @@ struct EngineOptions {
   int64_t prefill_chunk = 128;         // prompt rows per step, over all prefilling requests
   int64_t prefix_cache_bytes = int64_t{1} << 30;
   int64_t media_cache_bytes = int64_t{256} << 20;
+  // Requests with speculative ngram also draft from what earlier requests' prompts and answers
+  // continued the same ids with, in a table of this size (speculative.h NgramPool; 0 = off).
+  int64_t ngram_pool_bytes = int64_t{16} << 20;
   // Encoder work between two decoder steps: SigLIP layers of one crop (~0.3 s each at full size
   // on 2 cores), Conformer blocks of one clip.
   int64_t vision_layers_per_slice = 2;
@@ -145,6 +148,8 @@ struct EngineStats {
   // Speculative decoding: drafted ids verified (their rows are in decode_rows), and of them those
   // the answers took.
   int64_t drafts = 0, draft_tokens = 0, accepted_draft_tokens = 0;  // drafts: verify steps of a request
+  // Of those, the drafted and taken ids that came from the n-gram pool, and the pool's size.
+  int64_t pool_draft_tokens = 0, pool_accepted_tokens = 0, ngram_pool_bytes = 0;
   std::array<int64_t, 3> rows_by_mode{};  // batch rows by LoRA mode, in LoraMode order (none, vision, speech)
   // Decoder steps by rows: step_rows[i] counts the steps of at most kStepRowBounds[i] rows and more
   // than the bound before it; the last entry, the steps of more rows than the largest bound.

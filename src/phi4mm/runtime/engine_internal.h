@@ -70,6 +70,7 @@ struct Seq {
   std::optional<Sequence> answer;  // the answer's token loop: sampler, constraint, stops, text
   std::vector<int32_t> draft;      // ids this step verifies after the next row (speculative.h)
   std::optional<DraftTuner> tuner;
+  bool pool_draft = false;        // `draft` came from the engine's n-gram pool
   RequestResult result;           // result.generation is filled from `answer` when the request ends
   Clock::time_point submitted, admitted, first_token;
   int64_t admission = 0;  // the latest admission's number (preemption takes the latest first)
@@ -82,7 +83,8 @@ struct State {
       : budget(o.kv_budget_bytes),
         swap(o.kv_swap_dir, o.kv_swap_bytes < 0 ? o.kv_budget_bytes : o.kv_swap_bytes),
         prefix(o.prefix_cache_bytes),
-        media(o.media_cache_bytes) {}
+        media(o.media_cache_bytes),
+        ngram_pool(o.ngram_pool_bytes) {}
   KvBudget budget;
   KvSwap swap;  // engine thread only
   PrefixCache prefix;
@@ -100,6 +102,7 @@ struct State {
   std::vector<float> embeds, hidden, logits;
   std::vector<int32_t> ids;  // a verify step's rows: the request's last id and its draft
   StepCosts step_costs;      // decode-only steps, for the draft tuners
+  NgramPool ngram_pool;      // drafts learnt from finished requests (speculative ngram)
   int64_t admissions = 0;
   // While a step delivers its tokens, the requests it completes are told so only after the step's
   // counters are in (so a caller that waits for its answers and then reads stats() sees the step).

@@ -19,6 +19,18 @@ ConstraintState::ConstraintState(const OutputConstraint& c, std::span<const int3
   }
 }
 
+ConstraintState::ConstraintState(const ConstraintState& o) : c_(o.c_), stop_ids_(o.stop_ids_), phase_(o.phase_) {
+  if (o.matcher_) matcher_.emplace(o.matcher_->Fork());
+}
+
+size_t ConstraintState::AllowedPrefix(std::span<const int32_t> ids) const {
+  if (!c_.active()) return ids.size();
+  ConstraintState trial(*this);
+  size_t k = 0;
+  while (k < ids.size() && trial.Accept(ids[k]).ok()) ++k;
+  return k;
+}
+
 void ConstraintState::MaskAllBut(std::span<float> logits, std::span<const int32_t> keep) {
   keep_.clear();
   for (int32_t id : keep) keep_.push_back(id >= 0 && static_cast<size_t>(id) < logits.size() ? logits[id] : 0.0f);

@@ -33,17 +33,24 @@ class ConstraintState {
  public:
   // `stop_ids`: the ids that end the answer.
   ConstraintState(const OutputConstraint& c, std::span<const int32_t> stop_ids);
+  ConstraintState(ConstraintState&&) = default;
+  ConstraintState& operator=(ConstraintState&&) = default;
   // Sets the logits of the ids not allowed next to -infinity (nothing when the answer is free here).
   void Mask(std::span<float> logits);
   // Moves past the sampled id. Internal error when the constraint did not allow it (a masked row
   // always yields an allowed id, so this means a bug, not bad input).
   Status Accept(int32_t id);
+  // How many leading ids of `ids` the constraint would accept one after another from here (all
+  // of them when the answer is free text); this state does not move. Speculative decoding cuts a
+  // draft there: a row past it could never be taken.
+  size_t AllowedPrefix(std::span<const int32_t> ids) const;
   // The whole answer's grammar is complete without a stop id to end it (a request without valid
   // stop ids): nothing more may be sampled.
   bool finished() const { return phase_ == Phase::kGrammar && !c_.between_tags && matcher_->terminated(); }
 
  private:
   enum class Phase { kFree, kOpen, kGrammar, kStopOnly };
+  ConstraintState(const ConstraintState& o);  // a trial copy (AllowedPrefix): its matcher forked
   void MaskAllBut(std::span<float> logits, std::span<const int32_t> keep);
 
   OutputConstraint c_;

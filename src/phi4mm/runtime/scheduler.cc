@@ -50,6 +50,7 @@ void Complete(State& st, Seq& s, FinishReason reason, Status status = Status::Ok
     if (!tail.empty() && s.req.on_event) s.req.on_event(StreamEvent{tail, -1});
     // The rows of its tokens (a verify step's cache may hold rows of drafted ids past them).
     InsertPrefix(st, s, std::min(s.cache.length(), static_cast<int64_t>(s.tokens.size()) - 1));
+    if (s.req.generate.speculative.mode == SpeculativeMode::kNgram) st.ngram_pool.Add(s.tokens);
   }
   PublishPrompt(s);
   s.cache = KvCache();
@@ -62,6 +63,7 @@ void Complete(State& st, Seq& s, FinishReason reason, Status status = Status::Ok
     std::lock_guard<std::mutex> l(st.mu);
     if (s.phase == Phase::kQueued) Recount(st, s, -1, 0);
     else Recount(st, s, 0, -1);
+    st.counters.ngram_pool_bytes = st.ngram_pool.bytes();
     if (reason == FinishReason::kCancelled) ++st.counters.cancelled;
     else if (reason == FinishReason::kDeadline) ++st.counters.expired;
     else ++st.counters.finished;
@@ -327,7 +329,8 @@ void OnLogits(State& st, Seq& s, float* logits, int64_t vocab) {
 // Drafts for the decoding requests that speculate (their own options): as long as the room
 // already reserved, the context and the answer's budget allow, on the rotary table the sequence
 // has (a switch would recompute it), of the length each one's tuner picks for a step of this many
-// rows (speculative.h).
+// rows (speculative.h): from the request's prediction or its own text, else from the engine's n-gram
+// pool; cut where the request's output constraint would refuse an id.
 void ChooseDrafts(const Model& m, State& st) {
   const Decoder& dec = m.decoder();
   int64_t base = 0;
@@ -345,6 +348,9 @@ void ChooseDrafts(const Model& m, State& st) {
     if (!s.tuner) s.tuner.emplace(spec.max_draft);
     const int k = s.tuner->DraftLength(static_cast<int>(std::clamp<int64_t>(cap, 0, kMaxDraft)), st.step_costs, base);
     s.draft = Draft(spec, s.tokens, s.prompt.ids.size(), k);
+    s.pool_draft = s.draft.empty() && spec.mode == SpeculativeMode::kNgram;
+    if (s.pool_draft) s.draft = st.ngram_pool.Lookup(s.tokens, k);
+    s.draft.resize(s.answer->DraftAllowed(s.draft));
     base += static_cast<int64_t>(s.draft.size());
   }
 }
@@ -367,6 +373,10 @@ void OnDraftLogits(State& st, Seq& s, float* logits, int64_t rows, int64_t vocab
   ++st.counters.drafts;
   st.counters.draft_tokens += drafted;
   st.counters.accepted_draft_tokens += taken;
+  if (s.pool_draft) {
+    st.counters.pool_draft_tokens += drafted;
+    st.counters.pool_accepted_tokens += taken;
+  }
 }
 
 // One batched decoder step; false when no request had rows to run.

@@ -42,6 +42,12 @@ class Sequence {
   // its deadline) and the closing text not yet handed out ("" when cut short).
   std::string_view Finish(FinishReason reason);
 
+  // How many leading ids of a draft the output constraint allows from here (speculative decoding
+  // verifies only those).
+  size_t DraftAllowed(std::span<const int32_t> draft) const {
+    return constrained_ ? constraint_.AllowedPrefix(draft) : draft.size();
+  }
+
   GenerateResult& result() { return result_; }
   const GenerateResult& result() const { return result_; }
 

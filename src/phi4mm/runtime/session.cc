@@ -213,6 +213,7 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
       const int64_t cap = dec.rotary().UseLong(len) != cache_.long_rope() ? 0 : dec.rotary().RowsOnSameTable(len, room);
       const int k = tuner.DraftLength(static_cast<int>(std::clamp<int64_t>(cap, 0, kMaxDraft)), costs);
       draft = Draft(opts.speculative, tokens_, answer_begin, k);
+      draft.resize(seq.DraftAllowed(draft));
     }
     // Feed the sampled id (and the draft after it) to get the next logits.
     auto ts = std::chrono::steady_clock::now();

@@ -1,6 +1,8 @@
 // The prompt-lookup proposer and the draft-length tuner (speculative.h).
 #include "phi4mm/runtime/speculative.h"
 
+#include "phi4mm/tokenizer/chat_format.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -48,6 +50,55 @@ std::vector<int32_t> Draft(const SpeculativeOptions& o, std::span<const int32_t>
     if (!d.empty()) return d;
   }
   if (o.mode == SpeculativeMode::kNgram) return LookupDraft(tokens, max_draft, o.min_ngram, o.max_ngram);
+  return {};
+}
+
+NgramPool::NgramPool(int64_t bytes) : capacity_(bytes > 0 ? static_cast<size_t>(bytes) / sizeof(Slot) : 0) {}
+
+int64_t NgramPool::bytes() const { return static_cast<int64_t>(slots_.size() * sizeof(Slot)); }
+
+uint64_t NgramPool::Key(std::span<const int32_t> gram) {
+  // FNV-1a over the ids and their count; 0 marks an empty slot.
+  uint64_t h = 1469598103934665603ull ^ gram.size();
+  for (int32_t id : gram) {
+    for (int b = 0; b < 4; ++b) {
+      h ^= (static_cast<uint32_t>(id) >> (8 * b)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  }
+  return h == 0 ? 1 : h;
+}
+
+void NgramPool::Add(std::span<const int32_t> tokens) {
+  if (capacity_ == 0) return;
+  if (slots_.empty()) slots_.resize(capacity_);
+  const auto media = [](int32_t id) { return id == kImageTokenId || id == kAudioTokenId; };
+  const size_t L = tokens.size();
+  size_t clean = 0;  // ids since the last placeholder (or the start)
+  for (size_t i = 0; i < L; ++i) {
+    clean = media(tokens[i]) ? 0 : clean + 1;
+    // The n-grams ending at i, and what follows them up to a placeholder.
+    if (i + 1 >= L || media(tokens[i + 1])) continue;
+    for (size_t n : {size_t{3}, size_t{2}}) {
+      if (clean < n) continue;
+      const uint64_t key = Key(tokens.subspan(i + 1 - n, n));
+      Slot& s = slots_[key % capacity_];
+      s.key = key;
+      s.len = 0;
+      for (size_t j = i + 1; j < L && s.len < kMaxDraft && !media(tokens[j]); ++j) s.next[s.len++] = tokens[j];
+    }
+  }
+}
+
+std::vector<int32_t> NgramPool::Lookup(std::span<const int32_t> tokens, int max_draft) const {
+  if (slots_.empty() || max_draft <= 0) return {};
+  for (size_t n : {size_t{3}, size_t{2}}) {
+    if (tokens.size() < n) continue;
+    const uint64_t key = Key(tokens.subspan(tokens.size() - n));
+    const Slot& s = slots_[key % capacity_];
+    if (s.key != key || s.len == 0) continue;
+    return std::vector<int32_t>(s.next.begin(), s.next.begin() + std::min<int>(s.len, max_draft));
+  }
   return {};
 }
 

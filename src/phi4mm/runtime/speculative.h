@@ -48,6 +48,35 @@ std::vector<int32_t> LookupDraftIn(std::span<const int32_t> source, std::span<co
 std::vector<int32_t> Draft(const SpeculativeOptions& o, std::span<const int32_t> tokens, size_t answer_begin,
                            int max_draft);
 
+// A draft source shared by the requests of one engine (a server): for the last 3 and 2 ids of
+// earlier requests' prompts and answers, the ids that followed them, in a table of a fixed size
+// (`bytes`, allocated at the first Add). Each n-gram maps to one slot by its hash, and a later
+// n-gram with the same slot replaces it: the memory never grows, the newest text wins. N-grams
+// that hold an image or audio placeholder id are left out, and a continuation stops before one.
+// A wrong draft costs only its rows (verification keeps the answer exact); text from one request
+// can speed up another's, which shows in timing: a server whose users must not learn about each
+// other's text turns it off. Not thread-safe: the engine's thread owns it.
+class NgramPool {
+ public:
+  explicit NgramPool(int64_t bytes);
+  bool on() const { return capacity_ > 0; }
+  // Learns every 3- and 2-gram of `tokens` with the ids that follow it.
+  void Add(std::span<const int32_t> tokens);
+  // Up to `max_draft` ids that followed the last 3 (else 2) ids of `tokens` in what was learnt.
+  std::vector<int32_t> Lookup(std::span<const int32_t> tokens, int max_draft) const;
+  int64_t bytes() const;
+
+ private:
+  struct Slot {
+    uint64_t key = 0;  // 0: empty
+    uint8_t len = 0;
+    std::array<int32_t, kMaxDraft> next{};
+  };
+  static uint64_t Key(std::span<const int32_t> gram);
+  size_t capacity_;
+  std::vector<Slot> slots_;
+};
+
 // Running mean time of a decoder step by its row count, for steps of up to kMaxRows rows.
 class StepCosts {
  public:
