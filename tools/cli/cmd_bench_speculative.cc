@@ -3,7 +3,9 @@
 // start again) is answered greedily: plain; with prompt-lookup drafts; and with the plain answer as
 // its prediction (OpenAI's Predicted Outputs), as it is (the verify step's best case, independent of
 // what the model writes) and with 50 %, 90 % and 100 % of its tokens replaced by random ids (the
-// acceptance falls; at 100 % speculation must turn itself off). For each: decode tokens per second
+// acceptance falls), and with a random id after each of its ids (every draft is offered and its
+// first id is wrong: 0 % acceptance, where speculation must turn itself off); and plain again, the
+// run's own noise between two runs of the same work. For each: decode tokens per second
 // and its ratio to plain, drafted and accepted tokens, and tokens committed per decoder step; every
 // answer must equal the plain one (exit 1 otherwise). Best of --rounds, interleaved.
 #include <algorithm>
@@ -98,10 +100,13 @@ int SpeculativeBenchCommand(const BenchFlags& f) {
     double best_tok_s = 0;
   };
   // A prediction of the plain answer with a share of its tokens replaced by random ids: 0 % (all
-  // of it can be accepted), 50 %, 90 % and 100 % (nothing can: speculation must turn itself off).
+  // of it can be accepted), 50 %, 90 % and 100 % (nothing in it follows the answer's tail, so
+  // nothing is drafted); then the answer with a random id after each id (every draft is wrong).
   const double kPerturbed[] = {0.0, 0.5, 0.9, 1.0};
-  std::vector<Way> ways = {{"plain", {}, 0},           {"ngram", {}, 0},          {"prediction", {}, 0},
-                           {"prediction 50%", {}, 0}, {"prediction 90%", {}, 0}, {"prediction 100%", {}, 0}};
+  std::vector<Way> ways = {{"plain", {}, 0},           {"ngram", {}, 0},           {"prediction", {}, 0},
+                           {"prediction 50%", {}, 0}, {"prediction 90%", {}, 0},  {"prediction 100%", {}, 0},
+                           {"all drafts wrong", {}, 0}, {"plain again", {}, 0}};
+  const size_t kPlainAgain = ways.size() - 1;
   std::vector<int32_t> answer;
   std::vector<std::vector<int32_t>> predictions;
   for (int round = 0; round < f.rounds + 1; ++round) {  // round 0 warms up and finds the answer
@@ -111,7 +116,7 @@ int SpeculativeBenchCommand(const BenchFlags& f) {
       go.stop_ids = {-1};  // run the whole budget
       go.speculative.max_draft = f.draft_max;
       if (w == 1) go.speculative.mode = SpeculativeMode::kNgram;
-      if (w >= 2) go.speculative.prediction = predictions[w - 2];
+      if (w >= 2 && w < kPlainAgain) go.speculative.prediction = predictions[w - 2];
       Session s(*model);
       auto r = s.Generate(prompt, LoraMode::kNone, go);
       if (!r.ok()) return ReportError(r.status());
@@ -125,6 +130,9 @@ int SpeculativeBenchCommand(const BenchFlags& f) {
             if (u(pick) < share) id = RandomIds(pick, 1, m.embedding().vocab_size())[0];
           predictions.push_back(std::move(p));
         }
+        std::vector<int32_t> wrong;
+        for (int32_t id : answer) wrong.insert(wrong.end(), {id, RandomIds(pick, 1, m.embedding().vocab_size())[0]});
+        predictions.push_back(std::move(wrong));
       }
       if (r->tokens != answer) {
         std::fprintf(stderr, "phi4mm: error: the %s answer differs from the plain one\n", ways[w].name);
