@@ -67,10 +67,7 @@ struct Seq {
   std::deque<std::pair<MediaRows::Kind, int32_t>> to_encode;
   std::variant<std::monostate, VisionEncodeJob, SpeechEncodeJob> job;
   double job_seconds = 0;  // engine-thread time the running job's slices took so far
-  std::optional<Sequence> answer;  // the answer's token loop: sampler, constraint, stops, text
-  std::vector<int32_t> draft;      // ids this step verifies after the next row (speculative.h)
-  std::optional<DraftTuner> tuner;
-  bool pool_draft = false;        // `draft` came from the engine's n-gram pool
+  std::optional<Sequence> answer;  // the answer's token loop: sampler, constraint, stops, text, draft
   RequestResult result;           // result.generation is filled from `answer` when the request ends
   Clock::time_point submitted, admitted, first_token;
   int64_t admission = 0;  // the latest admission's number (preemption takes the latest first)

@@ -21,6 +21,20 @@ void Recount(State& st, const Seq& s, int waiting, int running) {
   st.counters.running_by_mode[mode] += running;
 }
 
+// Adds `n` to one of the engine's counters.
+void Count(State& st, int64_t EngineStats::*counter, int64_t n = 1) {
+  std::lock_guard<std::mutex> l(st.mu);
+  st.counters.*counter += n;
+}
+
+// Moves the newly submitted requests to the waiting queue (under st.mu).
+void TakeIncoming(State& st) {
+  for (; !st.incoming.empty(); st.incoming.pop_front()) {
+    st.waiting.push_back(std::move(st.incoming.front()));
+    Recount(st, *st.waiting.back(), 1, 0);
+  }
+}
+
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // The request's cache (its first `len` positions) into the prefix cache under its position keys.
@@ -131,7 +145,7 @@ schedule::Request Describe(const Decoder& dec, const Seq& s) {
   r.wants_long_rope = dec.rotary().UseLong(r.tokens);
   r.may_start = !s.req.prompt_share || s.req.share_leader || s.req.prompt_share->published || s.preemptions > 0;
   r.admission = s.admission;
-  r.draft = static_cast<int64_t>(s.draft.size());
+  r.draft = static_cast<int64_t>(s.answer->draft().size());
   return r;
 }
 template <class Seqs>
@@ -159,8 +173,7 @@ bool Admit(const Model& m, State& st, Seq& s, int64_t positions) {
     bool restored = false;
     if (!s.swapped.empty()) restored = st.swap.In(s.swapped, positions, &s.cache).ok();
     if (!restored) s.cache.Reserve(positions);
-    std::lock_guard<std::mutex> l(st.mu);
-    ++(restored ? st.counters.swapped_in : st.counters.recomputed);
+    Count(st, restored ? &EngineStats::swapped_in : &EngineStats::recomputed);
   } else {
     s.cache.Reserve(positions);
     s.long_rope = dec.rotary().UseLong(n);
@@ -214,22 +227,44 @@ void MakeRoomToDecode(const Model& m, const EngineOptions& o, State& st) {
   std::erase(st.running, nullptr);
 }
 
-// One slice of encoder work for the first request that needs it; false when none does.
-// The end of an encoder job (vision or speech): its features, shared with the media cache under
-// `key`, and one more encoder run counted for the request and for the engine.
-template <class Job>
-Result<MediaCache::Features> FinishEncode(const Model& m, State& st, Job& job, const Digest& key,
-                                          int64_t& request_count, int64_t& engine_count) {
-  auto f = job.Finish(m.pool());
-  if (!f.ok()) return f.status();
-  MediaCache::Features done = std::make_shared<const std::vector<float>>(std::move(f).value());
-  st.media.Insert(key, done);
-  ++request_count;
-  std::lock_guard<std::mutex> l(st.mu);
-  ++engine_count;
-  return done;
+// One slice of the request's vision job for image `idx` (started by the first): the features once
+// the job is done, else null.
+Result<MediaCache::Features> VisionSlice(const Model& m, const EngineOptions& o, State& st, Seq& s, int32_t idx) {
+  if (!std::holds_alternative<VisionEncodeJob>(s.job)) {
+    PHI4MM_ASSIGN_OR_RETURN(const VisionModel* vision, m.vision());
+    PHI4MM_ASSIGN_OR_RETURN(s.job, vision->StartEncode(s.images[idx]));
+  }
+  auto& job = std::get<VisionEncodeJob>(s.job);
+  const int64_t before = job.crops_done();
+  PHI4MM_RETURN_IF_ERROR(job.StepLayers(o.vision_layers_per_slice, m.pool()));
+  Count(st, &EngineStats::vision_crops, job.crops_done() - before);
+  if (!job.encoded()) return MediaCache::Features();
+  PHI4MM_ASSIGN_OR_RETURN(std::vector<float> f, job.Finish(m.pool()));
+  ++s.result.images_encoded;
+  Count(st, &EngineStats::images_encoded);
+  return std::make_shared<const std::vector<float>>(std::move(f));
 }
 
+// The same for the speech job of clip `idx`, whose first slice is the encoder's front (subsampling).
+Result<MediaCache::Features> SpeechSlice(const Model& m, const EngineOptions& o, State& st, Seq& s, int32_t idx) {
+  if (!std::holds_alternative<SpeechEncodeJob>(s.job)) {
+    PHI4MM_ASSIGN_OR_RETURN(const SpeechModel* speech, m.speech());
+    PHI4MM_ASSIGN_OR_RETURN(s.job, speech->StartEncode(s.prompt.audios[idx], s.prompt.audio_with_image, m.pool()));
+    return MediaCache::Features();
+  }
+  auto& job = std::get<SpeechEncodeJob>(s.job);
+  const int64_t before = job.blocks_done();
+  PHI4MM_RETURN_IF_ERROR(job.Step(o.speech_blocks_per_slice, m.pool()));
+  Count(st, &EngineStats::speech_blocks, job.blocks_done() - before);
+  if (!job.encoded()) return MediaCache::Features();
+  PHI4MM_ASSIGN_OR_RETURN(std::vector<float> f, job.Finish(m.pool()));
+  ++s.result.audios_encoded;
+  Count(st, &EngineStats::audios_encoded);
+  return std::make_shared<const std::vector<float>>(std::move(f));
+}
+
+// One slice of encoder work for the first request that needs it; false when none does. An item's
+// features, once encoded, go to the media cache under its content key.
 bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
   for (size_t i; (i = schedule::NextToEncode(Describe(m, st.running))) < st.running.size();) {
     Seq& s = *st.running[i];
@@ -237,61 +272,18 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
       s.phase = Phase::kPrefilling;
       continue;
     }
-    auto fail = [&](const Status& e, const std::string& what) {
-      Complete(st, s, FinishReason::kCancelled, e.WithContext(what));
-      return true;
-    };
     const auto [kind, idx] = s.to_encode.front();
+    const bool image = kind == MediaRows::kImage;
     const Clock::time_point slice_start = Clock::now();
-    MediaCache::Features done;
-    if (kind == MediaRows::kImage) {
-      const std::string what = "image " + std::to_string(idx + 1);
-      if (!std::holds_alternative<VisionEncodeJob>(s.job)) {
-        auto vision = m.vision();
-        if (!vision.ok()) return fail(vision.status(), what);
-        auto job = (*vision)->StartEncode(s.images[idx]);
-        if (!job.ok()) return fail(job.status(), what);
-        s.job = std::move(job).value();
-      }
-      auto& job = std::get<VisionEncodeJob>(s.job);
-      const int64_t before = job.crops_done();
-      if (Status e = job.StepLayers(o.vision_layers_per_slice, m.pool()); !e.ok()) return fail(e, what);
-      {
-        std::lock_guard<std::mutex> l(st.mu);
-        st.counters.vision_crops += job.crops_done() - before;
-      }
-      if (job.encoded()) {
-        auto f = FinishEncode(m, st, job, s.image_keys[idx], s.result.images_encoded, st.counters.images_encoded);
-        if (!f.ok()) return fail(f.status(), what);
-        done = s.media.image[idx] = *f;
-      }
-    } else {
-      const std::string what = "audio " + std::to_string(idx + 1);
-      if (!std::holds_alternative<SpeechEncodeJob>(s.job)) {
-        auto speech = m.speech();
-        if (!speech.ok()) return fail(speech.status(), what);
-        auto job = (*speech)->StartEncode(s.prompt.audios[idx], s.prompt.audio_with_image, m.pool());
-        if (!job.ok()) return fail(job.status(), what);
-        s.job = std::move(job).value();
-        s.job_seconds += Seconds(slice_start, Clock::now());
-        return true;  // the front (subsampling) was this slice
-      }
-      auto& job = std::get<SpeechEncodeJob>(s.job);
-      const int64_t before = job.blocks_done();
-      if (Status e = job.Step(o.speech_blocks_per_slice, m.pool()); !e.ok()) return fail(e, what);
-      {
-        std::lock_guard<std::mutex> l(st.mu);
-        st.counters.speech_blocks += job.blocks_done() - before;
-      }
-      if (job.encoded()) {
-        auto f = FinishEncode(m, st, job, s.audio_keys[idx], s.result.audios_encoded, st.counters.audios_encoded);
-        if (!f.ok()) return fail(f.status(), what);
-        done = s.media.audio[idx] = *f;
-      }
-    }
+    auto done = image ? VisionSlice(m, o, st, s, idx) : SpeechSlice(m, o, st, s, idx);
     s.job_seconds += Seconds(slice_start, Clock::now());
-    if (done) {
-      (kind == MediaRows::kImage ? s.result.image_encode_seconds : s.result.audio_encode_seconds).push_back(s.job_seconds);
+    if (!done.ok()) {
+      Complete(st, s, FinishReason::kCancelled,
+               done.status().WithContext((image ? "image " : "audio ") + std::to_string(idx + 1)));
+    } else if (*done) {
+      st.media.Insert(image ? s.image_keys[idx] : s.audio_keys[idx], *done);
+      (image ? s.media.image : s.media.audio)[idx] = *done;
+      (image ? s.result.image_encode_seconds : s.result.audio_encode_seconds).push_back(s.job_seconds);
       s.job_seconds = 0;
       s.job = std::monostate();
       s.to_encode.pop_front();
@@ -305,77 +297,55 @@ bool EncodeSlice(const Model& m, const EngineOptions& o, State& st) {
   return false;
 }
 
-// Samples the request's next token from `logits` [vocab] and streams it; the request either
-// goes on decoding or completes.
-void OnLogits(State& st, Seq& s, float* logits, int64_t vocab) {
+// Takes the request's logits rows of a step (one, or one per drafted id and one more) through its
+// Sequence: each token is streamed, and the request either goes on decoding or completes. The
+// cache keeps the rows of what was taken.
+void OnRows(State& st, Seq& s, float* logits, int64_t rows, int64_t vocab) {
   s.phase = Phase::kDecoding;
   if (!s.has_first_token && s.req.share_leader && s.req.prompt_share && !s.req.prompt_share->published) {
     InsertPrefix(st, s, s.cache.length());  // the prompt, for the other choices
     PublishPrompt(s);
   }
-  const std::span<float> row(logits, static_cast<size_t>(vocab));
-  const Sequence::Step step = s.answer->Next(row, &s.tokens, s.req.on_logits);
-  if (step.token >= 0 && !s.has_first_token) {
-    s.has_first_token = true;
-    s.first_token = Clock::now();
-    s.result.time_to_first_token = Seconds(s.submitted, s.first_token);
+  const auto on_step = [&](const Sequence::Step& step) {
+    if (step.token >= 0 && !s.has_first_token) {
+      s.has_first_token = true;
+      s.first_token = Clock::now();
+      s.result.time_to_first_token = Seconds(s.submitted, s.first_token);
+    }
+    if (!step.error.ok())
+      Complete(st, s, FinishReason::kCancelled, step.error);
+    else if (step.stream && s.req.on_event && !s.req.on_event(StreamEvent{step.text, step.token, step.logprobs}))
+      Complete(st, s, FinishReason::kCancelled);
+    else if (step.finish)
+      Complete(st, s, *step.finish);
+    return !s.finished;
+  };
+  const Sequence::Taken t =
+      s.answer->Take(std::span(logits, static_cast<size_t>(rows * vocab)), &s.tokens, on_step, s.req.on_logits);
+  if (!s.finished) s.cache.Truncate(static_cast<int64_t>(s.tokens.size()) - 1);
+  if (t.drafted == 0) return;
+  std::lock_guard<std::mutex> l(st.mu);
+  ++st.counters.drafts;
+  st.counters.draft_tokens += t.drafted;
+  st.counters.accepted_draft_tokens += t.taken;
+  if (t.from_pool) {
+    st.counters.pool_draft_tokens += t.drafted;
+    st.counters.pool_accepted_tokens += t.taken;
   }
-  if (!step.error.ok()) return Complete(st, s, FinishReason::kCancelled, step.error);
-  if (step.stream && s.req.on_event && !s.req.on_event(StreamEvent{step.text, step.token, step.logprobs}))
-    return Complete(st, s, FinishReason::kCancelled);
-  if (step.finish) Complete(st, s, *step.finish);
 }
 
-// Drafts for the decoding requests that speculate (their own options): as long as the room
-// already reserved, the context and the answer's budget allow, on the rotary table the sequence
-// has (a switch would recompute it), of the length each one's tuner picks for a step of this many
-// rows (speculative.h): from the request's prediction or its own text, else from the engine's n-gram
-// pool; cut where the request's output constraint would refuse an id.
-void ChooseDrafts(const Model& m, State& st) {
-  const Decoder& dec = m.decoder();
+// Drafts for the decoding requests (Sequence::Propose), each within the KV room it already holds
+// and for a step of the rows counted so far; every other request's draft is dropped.
+void ChooseDrafts(State& st) {
   int64_t base = 0;
   for (const auto& sp : st.running) base += !sp->finished && sp->phase == Phase::kDecoding;
   for (const auto& sp : st.running) {
     Seq& s = *sp;
-    s.draft.clear();
-    const SpeculativeOptions& spec = s.req.generate.speculative;
-    if (s.finished || s.phase != Phase::kDecoding || !spec.on()) continue;
     const int64_t len = static_cast<int64_t>(s.tokens.size());
-    if (s.cache.length() != len - 1 || s.long_rope != dec.rotary().UseLong(len)) continue;
-    const int64_t generated = len - static_cast<int64_t>(s.prompt.ids.size());
-    const int64_t cap = dec.rotary().RowsOnSameTable(
-        len, std::min({s.positions - len, m.context_length() - len, s.req.generate.max_new_tokens - generated - 1}));
-    if (!s.tuner) s.tuner.emplace(spec.max_draft);
-    const int k = s.tuner->DraftLength(static_cast<int>(std::clamp<int64_t>(cap, 0, kMaxDraft)), st.step_costs, base);
-    s.draft = Draft(spec, s.tokens, s.prompt.ids.size(), k);
-    s.pool_draft = s.draft.empty() && spec.mode == SpeculativeMode::kNgram;
-    if (s.pool_draft) s.draft = st.ngram_pool.Lookup(s.tokens, k);
-    s.draft.resize(s.answer->DraftAllowed(s.draft));
-    base += static_cast<int64_t>(s.draft.size());
-  }
-}
-
-// Takes the rows of a verify step in order while each sampled id equals the drafted one; the
-// cache keeps the rows of what was taken.
-void OnDraftLogits(State& st, Seq& s, float* logits, int64_t rows, int64_t vocab) {
-  const int drafted = static_cast<int>(s.draft.size());
-  s.answer->result().draft_tokens += drafted;
-  int taken = 0;
-  for (int64_t i = 0; i < rows && !s.finished; ++i) {
-    OnLogits(st, s, logits + i * vocab, vocab);
-    if (s.finished || i >= drafted || s.tokens.back() != s.draft[static_cast<size_t>(i)]) break;
-    ++taken;
-    ++s.answer->result().accepted_draft_tokens;
-  }
-  if (!s.finished) s.cache.Truncate(static_cast<int64_t>(s.tokens.size()) - 1);
-  s.tuner->RecordDraft(drafted, taken);
-  std::lock_guard<std::mutex> l(st.mu);
-  ++st.counters.drafts;
-  st.counters.draft_tokens += drafted;
-  st.counters.accepted_draft_tokens += taken;
-  if (s.pool_draft) {
-    st.counters.pool_draft_tokens += drafted;
-    st.counters.pool_accepted_tokens += taken;
+    const bool ready = !s.finished && s.phase == Phase::kDecoding && s.cache.length() == len - 1;
+    base += static_cast<int64_t>(
+        s.answer->Propose(s.tokens, ready ? s.positions - len : 0, s.long_rope, st.step_costs, base, &st.ngram_pool)
+            .size());
   }
 }
 
@@ -383,7 +353,7 @@ void OnDraftLogits(State& st, Seq& s, float* logits, int64_t rows, int64_t vocab
 bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   const Decoder& dec = m.decoder();
   const int64_t H = dec.config().hidden_size;
-  ChooseDrafts(m, st);
+  ChooseDrafts(st);
   const schedule::StepPlan plan = schedule::PlanStep(Describe(m, st.running), Limits(m, o, st));
   for (size_t i : plan.long_rope_restart) {
     // The sequence passed original_max_position_embeddings: recompute it with the long table, as
@@ -417,7 +387,7 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
     std::span<const int32_t> ids = std::span(s.tokens).subspan(start);
     if (r.every_row) {  // the last id and the draft after it
       st.ids.assign(ids.begin(), ids.end());
-      st.ids.insert(st.ids.end(), s.draft.begin(), s.draft.end());
+      st.ids.insert(st.ids.end(), s.answer->draft().begin(), s.answer->draft().end());
       ids = st.ids;
     }
     if (Status es = m.embedding().EmbedRows(ids.subspan(0, r.n), overrides, e); !es.ok()) {
@@ -457,10 +427,7 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   for (const schedule::StepRows& r : rows) {
     if (!r.logits) continue;
     const int64_t n = r.every_row ? r.n : 1;
-    if (!seq(r).finished) {
-      if (r.every_row) OnDraftLogits(st, seq(r), st.logits.data() + li * V, n, V);
-      else OnLogits(st, seq(r), st.logits.data() + li * V, V);
-    }
+    if (!seq(r).finished) OnRows(st, seq(r), st.logits.data() + li * V, n, V);
     li += n;
   }
   {
@@ -487,19 +454,18 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   return true;
 }
 
-void Reap(State& st, std::deque<std::unique_ptr<Seq>>& waiting, std::vector<std::unique_ptr<Seq>>& running) {
+// Ends the requests that were cancelled or whose deadline passed, whatever their phase.
+void Reap(State& st) {
   const Clock::time_point now = Clock::now();
   auto check = [&](Seq& s) {
     if (s.finished) return;
     if (s.shared->cancel) Complete(st, s, FinishReason::kCancelled);
     else if (now >= s.req.deadline) Complete(st, s, FinishReason::kDeadline);
   };
-  for (auto& s : waiting) check(*s);
-  for (auto& s : running) check(*s);
-  waiting.erase(std::remove_if(waiting.begin(), waiting.end(), [](const auto& s) { return s->finished; }),
-                waiting.end());
-  running.erase(std::remove_if(running.begin(), running.end(), [](const auto& s) { return s->finished; }),
-                running.end());
+  for (auto& s : st.waiting) check(*s);
+  for (auto& s : st.running) check(*s);
+  std::erase_if(st.waiting, [](const auto& s) { return s->finished; });
+  std::erase_if(st.running, [](const auto& s) { return s->finished; });
 }
 
 }  // namespace
@@ -509,14 +475,10 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
     {
       std::lock_guard<std::mutex> l(st.mu);
       if (st.stop) break;
-      while (!st.incoming.empty()) {
-        st.waiting.push_back(std::move(st.incoming.front()));
-        st.incoming.pop_front();
-        Recount(st, *st.waiting.back(), 1, 0);
-      }
+      TakeIncoming(st);
       st.nudged = false;
     }
-    Reap(st, st.waiting, st.running);
+    Reap(st);
     // Admission (schedule::Admit): a preempted request waits at the head, a choice that shares a
     // prompt waits for its leader to publish it.
     const auto room = static_cast<size_t>(std::max<int64_t>(0, o.max_running - static_cast<int64_t>(st.running.size())));
@@ -530,7 +492,7 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
     bool worked = EncodeSlice(m, o, st);
     MakeRoomToDecode(m, o, st);
     worked = RunStep(m, o, st) || worked;
-    Reap(st, st.waiting, st.running);
+    Reap(st);
     if (worked && o.after_step) o.after_step();
     if (!worked) {
       std::unique_lock<std::mutex> l(st.mu);
@@ -540,11 +502,7 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
   // Shutdown: everything still here ends as cancelled.
   {
     std::lock_guard<std::mutex> l(st.mu);
-    while (!st.incoming.empty()) {
-      st.waiting.push_back(std::move(st.incoming.front()));
-      st.incoming.pop_front();
-      Recount(st, *st.waiting.back(), 1, 0);
-    }
+    TakeIncoming(st);
   }
   for (auto& s : st.waiting) Complete(st, *s, FinishReason::kCancelled);
   for (auto& s : st.running) Complete(st, *s, FinishReason::kCancelled);

@@ -13,13 +13,18 @@ const std::vector<int32_t>& StopIds(const Model& m, const GenerateOptions& o) {
 }  // namespace
 
 Sequence::Sequence(const Model& model, const GenerateOptions& opts, size_t prompt_length)
-    : max_new_tokens_(opts.max_new_tokens),
+    : rotary_(model.decoder().rotary()),
+      max_new_tokens_(opts.max_new_tokens),
       context_(model.context_length()),
+      vocab_(model.decoder().lm_head().rows()),
+      answer_begin_(prompt_length),
       stop_ids_(StopIds(model, opts)),
       sampler_(opts.sampling, model.tokenizer().vocab_size()),
       answer_(model.tokenizer(), opts.stop_strings),
       constraint_(opts.constraint, stop_ids_),
-      constrained_(opts.constraint.active()) {
+      constrained_(opts.constraint.active()),
+      speculative_(opts.speculative),
+      tuner_(opts.speculative.max_draft) {
   sampler_.SetPromptLength(prompt_length);
   result_.finish = FinishReason::kMaxTokens;
 }
@@ -73,6 +78,40 @@ Sequence::Step Sequence::Next(std::span<float> logits, std::vector<int32_t>* tok
   step.stream = true;
   if (made + 1 >= max_new_tokens_) step.finish = FinishReason::kMaxTokens;
   return step;
+}
+
+const std::vector<int32_t>& Sequence::Propose(std::span<const int32_t> tokens, int64_t room, bool long_rope,
+                                              const StepCosts& costs, int64_t base_rows, const NgramPool* pool) {
+  draft_.clear();
+  pool_draft_ = false;
+  const int64_t len = static_cast<int64_t>(tokens.size());
+  if (!speculative_.on() || room <= 0 || rotary_.UseLong(len) != long_rope) return draft_;
+  const int64_t made = static_cast<int64_t>(result_.tokens.size());
+  const int64_t cap = rotary_.RowsOnSameTable(len, std::min({room, context_ - len, max_new_tokens_ - made - 1}));
+  const int k = tuner_.DraftLength(static_cast<int>(std::clamp<int64_t>(cap, 0, kMaxDraft)), costs, base_rows);
+  draft_ = Draft(speculative_, tokens, answer_begin_, k);
+  pool_draft_ = draft_.empty() && pool != nullptr && speculative_.mode == SpeculativeMode::kNgram;
+  if (pool_draft_) draft_ = pool->Lookup(tokens, k);
+  if (constrained_) draft_.resize(constraint_.AllowedPrefix(draft_));
+  return draft_;
+}
+
+Sequence::Taken Sequence::Take(std::span<float> rows, std::vector<int32_t>* tokens,
+                               const std::function<bool(Step&)>& on_step,
+                               const std::function<void(std::span<const float>)>& observe) {
+  Taken t{static_cast<int>(draft_.size()), 0, pool_draft_};
+  // The counts go in before a step can end the answer (its driver then takes the result).
+  result_.draft_tokens += t.drafted;
+  for (size_t i = 0; (i + 1) * vocab_ <= rows.size(); ++i) {
+    Step st = Next(rows.subspan(i * vocab_, vocab_), tokens, observe);
+    const bool match = i < draft_.size() && st.token == draft_[i] && st.error.ok() && !st.finish;
+    if (match) ++t.taken, ++result_.accepted_draft_tokens;
+    if (!on_step(st) || !match) break;
+  }
+  if (t.drafted > 0) tuner_.RecordDraft(t.drafted, t.taken);
+  draft_.clear();
+  pool_draft_ = false;
+  return t;
 }
 
 std::string_view Sequence::Finish(FinishReason reason) {

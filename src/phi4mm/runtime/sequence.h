@@ -4,7 +4,8 @@
 // become one (AnswerStream), and counts against max_new_tokens and the context. Session::Generate
 // drives one Sequence synchronously (a batch of one); the batched engine drives one per request
 // from its decoder steps. Drivers own the token vector and the KV cache; a Sequence owns what
-// decides the next token and the answer's text.
+// decides the next token and the answer's text, and with speculative decoding the draft a step
+// verifies and the walk over that step's rows.
 #pragma once
 
 #include <functional>
@@ -42,24 +43,45 @@ class Sequence {
   // its deadline) and the closing text not yet handed out ("" when cut short).
   std::string_view Finish(FinishReason reason);
 
-  // How many leading ids of a draft the output constraint allows from here (speculative decoding
-  // verifies only those).
-  size_t DraftAllowed(std::span<const int32_t> draft) const {
-    return constrained_ ? constraint_.AllowedPrefix(draft) : draft.size();
-  }
+  // Speculative decoding (speculative.h): the draft the next step verifies after the last id of
+  // `tokens`, from the request's prediction or its own text, else from `pool`. Its length is the
+  // tuner's choice for a step of `base_rows` other rows, within `room` rows (what the driver's
+  // cache holds; 0: no draft), the context and the answer's budget, on the rotary table of a cache
+  // built with `long_rope` (a switch would recompute the sequence); cut before the first id the
+  // output constraint would refuse.
+  const std::vector<int32_t>& Propose(std::span<const int32_t> tokens, int64_t room, bool long_rope,
+                                      const StepCosts& costs, int64_t base_rows, const NgramPool* pool);
+  const std::vector<int32_t>& draft() const { return draft_; }
+  struct Taken {
+    int drafted = 0, taken = 0;
+    bool from_pool = false;
+  };
+  // Takes the logits rows [1 + draft().size(), vocab] of the step that ran the last id and the
+  // draft through Next in order, handing each step to `on_step` (which returns false once the
+  // answer has ended), while each sampled id equals the drafted one; every row's logits are those
+  // a one-row step gives, so the answer is the one without speculation. Uses up the draft.
+  Taken Take(std::span<float> rows, std::vector<int32_t>* tokens, const std::function<bool(Step&)>& on_step,
+             const std::function<void(std::span<const float>)>& observe = {});
 
   GenerateResult& result() { return result_; }
   const GenerateResult& result() const { return result_; }
 
  private:
+  const RotaryTables& rotary_;
   int64_t max_new_tokens_;
   int64_t context_;
+  int64_t vocab_;
+  size_t answer_begin_;
   std::vector<int32_t> stop_ids_;
   Sampler sampler_;
   AnswerStream answer_;
   ConstraintState constraint_;
   bool constrained_;
   GenerateResult result_;
+  SpeculativeOptions speculative_;
+  DraftTuner tuner_;
+  std::vector<int32_t> draft_;
+  bool pool_draft_ = false;
 };
 
 }  // namespace phi4mm

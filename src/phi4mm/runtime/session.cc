@@ -53,61 +53,37 @@ void Session::Truncate(size_t n) {
   logits_.clear();
 }
 
-Status Session::Sync(LoraMode mode, const std::string& tap_prefix) {
+Status Session::Run(LoraMode mode, std::span<const int32_t> draft, const std::string& tap_prefix) {
   const Decoder& dec = model_->decoder();
   const int64_t total = static_cast<int64_t>(tokens_.size());
   const bool long_rope = dec.rotary().UseLong(total);
   if (cache_.length() > 0 && (mode != mode_ || long_rope != cache_.long_rope())) cache_.Clear();
   mode_ = mode;
   const int64_t start = cache_.length();
-  const int64_t S = total - start;
+  std::vector<int32_t> ids(tokens_.begin() + start, tokens_.end());
+  ids.insert(ids.end(), draft.begin(), draft.end());
+  const int64_t S = static_cast<int64_t>(ids.size()), H = dec.config().hidden_size;
   if (S <= 0) return Status::Ok();
-  const int64_t H = dec.config().hidden_size;
   // The prompt goes through the decoder in chunks of at most prefill_chunk_ positions, so the
-  // activations stay bounded whatever its length; with a tap it runs whole, so the named tensors
-  // cover every position.
-  const int64_t chunk = tap_ != nullptr ? S : std::max<int64_t>(1, prefill_chunk_);
-  std::vector<float> embeds(static_cast<size_t>(std::min(S, chunk) * H)), hidden(static_cast<size_t>(H));
+  // activations stay bounded whatever its length; with a tap (or a draft) it runs whole, so the
+  // named tensors (the rows' hidden states) cover every position.
+  const int64_t chunk = tap_ != nullptr || !draft.empty() ? S : std::max<int64_t>(1, prefill_chunk_);
+  const int64_t rows = draft.empty() ? 1 : S;  // positions whose logits are wanted
+  std::vector<float> embeds(static_cast<size_t>(std::min(S, chunk) * H)), hidden(static_cast<size_t>(rows * H));
   std::vector<const float*> overrides;
-  for (int64_t c0 = start; c0 < total; c0 += chunk) {
-    const int64_t n = std::min(chunk, total - c0);
+  for (int64_t c0 = 0; c0 < S; c0 += chunk) {
+    const int64_t n = std::min(chunk, S - c0);
     // Placeholder positions of a prompt take their media rows; everything else (including a
     // placeholder id the model itself generated) takes its token embedding, as in the reference.
-    media_.Overrides(c0, n, H, &overrides);
-    PHI4MM_RETURN_IF_ERROR(
-        model_->embedding().EmbedRows(std::span(tokens_).subspan(c0, n), overrides, embeds.data()));
-    const SeqChunk ch{embeds.data(), n, &cache_, mode, long_rope, hidden.data()};
+    media_.Overrides(start + c0, n, H, &overrides);
+    PHI4MM_RETURN_IF_ERROR(model_->embedding().EmbedRows(std::span(ids).subspan(c0, n), overrides, embeds.data()));
+    SeqChunk ch{embeds.data(), n, &cache_, mode, long_rope, hidden.data()};
+    if (!draft.empty()) std::swap(ch.last_hidden, ch.all_hidden);
     PHI4MM_RETURN_IF_ERROR(dec.Step(std::span(&ch, 1), model_->pool(), &scratch_, tap_, tap_prefix));
   }
-  logits_.resize(static_cast<size_t>(dec.lm_head().rows()));
-  dec.Logits(hidden.data(), logits_.data(), model_->pool());
+  logits_.resize(static_cast<size_t>(rows * dec.lm_head().rows()));
+  dec.LogitsRows(hidden.data(), rows, logits_.data(), model_->pool());
   if (tap_) tap_->Tap(tap_prefix + "logits", logits_.data(), {static_cast<int64_t>(logits_.size())});
-  return Status::Ok();
-}
-
-Status Session::Verify(LoraMode mode, std::span<const int32_t> draft) {
-  const Decoder& dec = model_->decoder();
-  const int64_t start = cache_.length(), before = static_cast<int64_t>(tokens_.size());
-  const int64_t n = before + static_cast<int64_t>(draft.size()) - start, H = dec.config().hidden_size;
-  // Generate only verifies right after a sampled id, on the cache's LoRA mode and rotary table.
-  if (n != 1 + static_cast<int64_t>(draft.size()) || mode != mode_ ||
-      dec.rotary().UseLong(before + static_cast<int64_t>(draft.size())) != cache_.long_rope())
-    return Internal("a draft can only follow one sampled id on the sequence's LoRA mode and rotary table");
-  tokens_.insert(tokens_.end(), draft.begin(), draft.end());
-  media_.at.resize(tokens_.size());
-  std::vector<float> embeds(static_cast<size_t>(n * H)), hidden(static_cast<size_t>(n * H));
-  std::vector<const float*> overrides;
-  media_.Overrides(start, n, H, &overrides);
-  Status st = model_->embedding().EmbedRows(std::span(tokens_).subspan(static_cast<size_t>(start)), overrides,
-                                            embeds.data());
-  tokens_.resize(static_cast<size_t>(before));
-  media_.at.resize(static_cast<size_t>(before));
-  PHI4MM_RETURN_IF_ERROR(st);
-  SeqChunk ch{embeds.data(), n, &cache_, mode, cache_.long_rope(), nullptr};
-  ch.all_hidden = hidden.data();
-  PHI4MM_RETURN_IF_ERROR(dec.Step(std::span(&ch, 1), model_->pool(), &scratch_));
-  verify_logits_.resize(static_cast<size_t>(n * dec.lm_head().rows()));
-  dec.LogitsRows(hidden.data(), n, verify_logits_.data(), model_->pool());
   return Status::Ok();
 }
 
@@ -137,6 +113,7 @@ Status Session::Append(std::span<const int32_t> ids, LoraMode mode, const MediaF
                            " audio placeholder tokens but features for " + std::to_string(have_img) + " and " +
                            std::to_string(have_aud) + " were given");
   const size_t before = tokens_.size(), images_before = media_.image.size(), audios_before = media_.audio.size();
+  media_.at.resize(before);  // the positions Generate added take their token embedding
   tokens_.insert(tokens_.end(), ids.begin(), ids.end());
   // One image item and one audio item hold this append's rows.
   std::vector<MediaRows::Features> images, audios;
@@ -145,7 +122,7 @@ Status Session::Append(std::span<const int32_t> ids, LoraMode mode, const MediaF
   const int64_t image_rows[1] = {static_cast<int64_t>(n_img)}, audio_rows[1] = {static_cast<int64_t>(n_aud)};
   media_.Append(ids, std::move(images), std::span(image_rows, n_img > 0 ? 1 : 0), std::move(audios),
                 std::span(audio_rows, n_aud > 0 ? 1 : 0));
-  Status st = Sync(mode, "prefill.");
+  Status st = Run(mode, {}, "prefill.");
   if (!st.ok()) {
     Truncate(before);
     media_.image.resize(images_before);
@@ -158,85 +135,43 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
                                          const GenerateOptions& opts, const StreamCallback& on_text,
                                          const MediaFeatures* media) {
   PHI4MM_RETURN_IF_ERROR(opts.Validate(model_->embedding().vocab_size()));
-  GenerateResult res;
   const int64_t cached_before = cache_.length();
   auto t0 = std::chrono::steady_clock::now();
   PHI4MM_RETURN_IF_ERROR(Append(prompt_ids, mode, media));
-  auto t1 = std::chrono::steady_clock::now();
-  res.prefill_seconds = Seconds(t0, t1);
-  res.prompt_tokens = static_cast<int64_t>(tokens_.size()) - std::min<int64_t>(cached_before, tokens_.size());
-
   Sequence seq(*model_, opts, tokens_.size());
-  const Decoder& dec = model_->decoder();
-  const int64_t vocab = dec.lm_head().rows(), ctx = model_->context_length();
-  const bool speculate = opts.speculative.on() && tap_ == nullptr;
-  const size_t answer_begin = tokens_.size();
-  DraftTuner tuner(opts.speculative.max_draft);
-  StepCosts costs;
-  // The logits rows to take in order: one after a plain step; after a verify step, one per row,
-  // row i + 1 valid while the id sampled from row i equals draft[i].
-  std::span<float> rows = std::span(logits_);
-  std::vector<int32_t> draft;
+  GenerateResult& res = seq.result();
+  res.prefill_seconds = Seconds(t0, std::chrono::steady_clock::now());
+  res.prompt_tokens = static_cast<int64_t>(tokens_.size()) - std::min<int64_t>(cached_before, tokens_.size());
+  StepCosts costs;  // decoder steps by rows, for the draft tuner
+  Status error;
   for (int64_t step = 1;; ++step) {
     bool ended = false;
-    int64_t taken = 0;
-    for (int64_t i = 0; i * vocab < static_cast<int64_t>(rows.size()); ++i) {
-      Sequence::Step st = seq.Next(rows.subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(vocab)), &tokens_);
-      if (st.token >= 0) media_.at.emplace_back();
-      if (!st.error.ok()) return st.error;
+    seq.Take(logits_, &tokens_, [&](Sequence::Step& st) {
+      error = st.error;
+      if (!error.ok()) return false;
       if (st.stream && !st.text.empty() && on_text && !on_text(st.text)) st.finish = FinishReason::kCancelled;
-      if (st.finish) {
-        const std::string_view tail = seq.Finish(*st.finish);
-        if (!tail.empty() && on_text) on_text(tail);
-        ended = true;
-        break;
-      }
-      if (i >= static_cast<int64_t>(draft.size()) || st.token != draft[static_cast<size_t>(i)]) break;
-      ++taken;
-    }
-    if (!draft.empty()) {
-      tuner.RecordDraft(static_cast<int>(draft.size()), static_cast<int>(taken));
-      res.accepted_draft_tokens += taken;
-    }
-    // The cache holds the rows of the verified draft; keep those the answer took (the last id
+      if (!st.finish) return true;
+      const std::string_view tail = seq.Finish(*st.finish);
+      if (!tail.empty() && on_text) on_text(tail);
+      ended = true;
+      return false;
+    });
+    if (!error.ok()) return error;
+    // The cache holds the rows of a verified draft; keep those the answer took (the last id
     // sampled is not in it yet), also when the answer ends here (a next turn reuses the cache).
     cache_.Truncate(std::min(cache_.length(), static_cast<int64_t>(tokens_.size()) - 1));
     if (ended) break;
-    draft.clear();
-    if (speculate) {
-      // Drafts stay on the sequence's rotary table (a switch would recompute the sequence, which a
-      // one-row step would not do yet) and inside the context and the answer's budget.
-      const int64_t len = static_cast<int64_t>(tokens_.size());
-      const int64_t room =
-          std::min<int64_t>(ctx - len, opts.max_new_tokens - static_cast<int64_t>(seq.result().tokens.size()) - 1);
-      // A step that switches tables recomputes the sequence: plain.
-      const int64_t cap = dec.rotary().UseLong(len) != cache_.long_rope() ? 0 : dec.rotary().RowsOnSameTable(len, room);
-      const int k = tuner.DraftLength(static_cast<int>(std::clamp<int64_t>(cap, 0, kMaxDraft)), costs);
-      draft = Draft(opts.speculative, tokens_, answer_begin, k);
-      draft.resize(seq.DraftAllowed(draft));
-    }
-    // Feed the sampled id (and the draft after it) to get the next logits.
+    // Feed the sampled id (and a draft after it: not with a tap, whose names are per position).
+    const int64_t room = tap_ == nullptr ? model_->context_length() : 0;
+    const std::vector<int32_t>& draft = seq.Propose(tokens_, room, cache_.long_rope(), costs, 1, nullptr);
     auto ts = std::chrono::steady_clock::now();
-    if (draft.empty()) {
-      PHI4MM_RETURN_IF_ERROR(Sync(mode, "step." + std::to_string(step) + "."));
-      rows = std::span(logits_);
-    } else {
-      PHI4MM_RETURN_IF_ERROR(Verify(mode, draft));
-      rows = std::span(verify_logits_);
-      res.draft_tokens += static_cast<int64_t>(draft.size());
-    }
+    PHI4MM_RETURN_IF_ERROR(Run(mode, draft, "step." + std::to_string(step) + "."));
     const double seconds = Seconds(ts, std::chrono::steady_clock::now());
-    if (speculate) costs.Record(1 + static_cast<int64_t>(draft.size()), seconds);
+    costs.Record(1 + static_cast<int64_t>(draft.size()), seconds);
     res.decode_seconds += seconds;
     ++res.decode_steps;
   }
-  GenerateResult& g = seq.result();
-  res.tokens = std::move(g.tokens);
-  res.text = std::move(g.text);
-  res.finish = g.finish;
-  res.logprobs = std::move(g.logprobs);
-  res.constraint_seconds = g.constraint_seconds;
-  return res;
+  return std::move(res);
 }
 
 }  // namespace phi4mm

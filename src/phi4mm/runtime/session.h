@@ -92,11 +92,11 @@ class Session {
   void set_prefill_chunk(int64_t n) { prefill_chunk_ = n; }
 
  private:
-  Status Sync(LoraMode mode, const std::string& tap_prefix);
-  // Runs `draft` after the sequence's not-yet-processed last id as one decoder step and leaves the
-  // logits of every row in verify_logits_ [1 + draft.size(), vocab]; the drafted ids are not kept
-  // in the sequence, their rows stay in the cache (the caller truncates it to what it accepts).
-  Status Verify(LoraMode mode, std::span<const int32_t> draft);
+  // Runs the positions not yet in the cache, then `draft` after them, and leaves in logits() the
+  // logits of the last position, or with a draft those of the last position and of every drafted
+  // id [1 + draft.size(), vocab] (a verify step). Drafted ids stay out of the sequence; their rows
+  // stay in the cache, which the caller truncates to what it takes.
+  Status Run(LoraMode mode, std::span<const int32_t> draft, const std::string& tap_prefix);
 
   std::shared_ptr<const Model> model_;
   KvCache cache_;
@@ -106,7 +106,6 @@ class Session {
   // the input embeddings.
   MediaRows media_;
   std::vector<float> logits_;
-  std::vector<float> verify_logits_;
   TensorTap* tap_ = nullptr;
   int64_t prefill_chunk_ = 512;
   DecoderScratch scratch_;
