@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <new>
+#include <utility>
 
 namespace phi4mm {
 
@@ -32,26 +34,16 @@ int OpenUnnamed(const std::string& dir) {
   return tmp;
 }
 
-bool WriteAll(int fd, const uint8_t* p, size_t n, off_t* off) {
+// All `n` bytes at *off through `io` (pread or pwrite), retrying short transfers and EINTR.
+template <class Buf, class Io>
+bool Transfer(Io io, int fd, Buf* p, size_t n, off_t* off) {
   while (n > 0) {
-    const ssize_t w = pwrite(fd, p, n, *off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-    *off += w;
-  }
-  return true;
-}
-
-bool ReadAll(int fd, uint8_t* p, size_t n, off_t* off) {
-  while (n > 0) {
-    const ssize_t r = pread(fd, p, n, *off);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-    *off += r;
+    const ssize_t k = io(fd, p, n, *off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+    *off += k;
   }
   return true;
 }
@@ -59,21 +51,16 @@ bool ReadAll(int fd, uint8_t* p, size_t n, off_t* off) {
 }  // namespace
 
 SwappedKv::SwappedKv(SwappedKv&& o) noexcept
-    : owner_(o.owner_), fd_(o.fd_), length_(o.length_), bytes_(o.bytes_), long_rope_(o.long_rope_) {
-  o.fd_ = -1;
-  o.owner_ = nullptr;
-}
+    : owner_(std::exchange(o.owner_, nullptr)),
+      fd_(std::exchange(o.fd_, -1)),
+      length_(o.length_),
+      bytes_(o.bytes_),
+      long_rope_(o.long_rope_) {}
 
 SwappedKv& SwappedKv::operator=(SwappedKv&& o) noexcept {
   if (this != &o) {
     this->~SwappedKv();
-    owner_ = o.owner_;
-    fd_ = o.fd_;
-    length_ = o.length_;
-    bytes_ = o.bytes_;
-    long_rope_ = o.long_rope_;
-    o.fd_ = -1;
-    o.owner_ = nullptr;
+    new (this) SwappedKv(std::move(o));
   }
   return *this;
 }
@@ -96,7 +83,7 @@ Result<SwappedKv> KvSwap::Out(const KvCache& cache) {
   if (fd < 0) return Internal("cannot make a KV swap file in " + dir + ": " + std::strerror(errno));
   off_t off = 0;
   bool ok = true;
-  cache.ForEachRun([&](const uint8_t* p, size_t n) { ok = ok && WriteAll(fd, p, n, &off); });
+  cache.ForEachRun([&](const uint8_t* p, size_t n) { ok = ok && Transfer(pwrite, fd, p, n, &off); });
   if (!ok) {
     const int err = errno;
     close(fd);
@@ -116,7 +103,7 @@ Status KvSwap::In(SwappedKv& swapped, int64_t capacity, KvCache* cache) {
   if (swapped.empty()) return InvalidArgument("nothing was swapped out");
   off_t off = 0;
   const bool ok = cache->FillRuns(swapped.length_, capacity, swapped.long_rope_,
-                                  [&](uint8_t* p, size_t n) { return ReadAll(swapped.fd_, p, n, &off); });
+                                  [&](uint8_t* p, size_t n) { return Transfer(pread, swapped.fd_, p, n, &off); });
   const int err = errno;
   swapped = SwappedKv();
   if (!ok) return Internal(std::string("cannot read a KV swap file back: ") + std::strerror(err));

@@ -29,14 +29,21 @@ Result<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const L
   return std::shared_ptr<const Model>(std::move(m));
 }
 
+// The part in `slot`, loaded on first use (under parts_mu_).
+template <class Part>
+Result<const Part*> LoadPart(std::shared_ptr<const Part>& slot, const Checkpoint& ckpt, const ModelConfig& config,
+                             QuantMode quant, ThreadPool* pool, const char* what) {
+  if (!slot) {
+    auto p = Part::Load(ckpt, config, quant, pool);
+    if (!p.ok()) return p.status().WithContext(std::string("loading the ") + what + " part of '" + ckpt.dir() + "'");
+    slot = std::move(p).value();
+  }
+  return slot.get();
+}
+
 Result<const VisionModel*> Model::vision() const {
   std::lock_guard<std::mutex> lock(parts_mu_);
-  if (!vision_) {
-    auto v = VisionModel::Load(*checkpoint_, config_, quant_, pool_.get());
-    if (!v.ok()) return v.status().WithContext("loading the vision part of '" + checkpoint_->dir() + "'");
-    vision_ = std::move(v).value();
-  }
-  return vision_.get();
+  return LoadPart(vision_, *checkpoint_, config_, quant_, pool_.get(), "vision");
 }
 
 Result<grammar::Compiler*> Model::grammar() const {
@@ -51,12 +58,7 @@ Result<grammar::Compiler*> Model::grammar() const {
 
 Result<const SpeechModel*> Model::speech() const {
   std::lock_guard<std::mutex> lock(parts_mu_);
-  if (!speech_) {
-    auto s = SpeechModel::Load(*checkpoint_, config_, quant_, pool_.get());
-    if (!s.ok()) return s.status().WithContext("loading the speech part of '" + checkpoint_->dir() + "'");
-    speech_ = std::move(s).value();
-  }
-  return speech_.get();
+  return LoadPart(speech_, *checkpoint_, config_, quant_, pool_.get(), "speech");
 }
 
 ModelInfo Model::Info() const {

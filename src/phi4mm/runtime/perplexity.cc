@@ -291,13 +291,12 @@ Result<PerplexityResult> EvaluatePerplexity(const Model& model, std::span<const 
     const double var = res.nll.stderr_ * res.nll.stderr_ + base.stderr_ * base.stderr_ - 2 * cov;
     k.ln_ppl_ratio = {res.nll.mean - base.mean, var > 0 ? std::sqrt(var) : 0};
     k.kld = MeanAndError(sums.sum_kld, sums.sum_kld2, sums.count);
-    std::vector<float>& v = sums.kld;
-    std::sort(v.begin(), v.end());
-    k.kld_median = v.size() % 2 == 0 ? 0.5 * (v[v.size() / 2] + v[v.size() / 2 - 1]) : v[v.size() / 2];
+    const std::vector<float>& v = sums.kld;
+    k.kld_median = Percentile(v, 0.5);  // the mean of the middle two for an even count
     k.kld_p90 = Percentile(v, 0.90);
     k.kld_p99 = Percentile(v, 0.99);
     k.kld_p999 = Percentile(v, 0.999);
-    k.kld_max = v.back();
+    k.kld_max = Percentile(v, 1.0);
     const double top = static_cast<double>(sums.same_top) / n;
     k.same_top = {top, sums.count > 1 ? std::sqrt(top * (1 - top) / (n - 1)) : 0};
     res.kl = k;

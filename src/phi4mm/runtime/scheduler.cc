@@ -134,24 +134,23 @@ void PlanEncoding(State& st, Seq& s, int64_t from) {
 }
 
 // What the policy (schedule.h) sees of a request, and of the engine.
-schedule::Request Describe(const Decoder& dec, const Seq& s) {
-  schedule::Request r;
-  r.phase = s.finished ? Phase::kFinished : s.phase;
-  r.tokens = static_cast<int64_t>(s.tokens.size());
-  r.cached = s.cache.length();
-  r.positions = s.finished ? 0 : s.positions;
-  r.max_positions = s.max_positions;
-  r.long_rope = s.long_rope;
-  r.wants_long_rope = dec.rotary().UseLong(r.tokens);
-  r.may_start = !s.req.prompt_share || s.req.share_leader || s.req.prompt_share->published || s.preemptions > 0;
-  r.admission = s.admission;
-  r.draft = static_cast<int64_t>(s.answer->draft().size());
-  return r;
-}
 template <class Seqs>
 std::vector<schedule::Request> Describe(const Model& m, const Seqs& seqs, size_t most = SIZE_MAX) {
   std::vector<schedule::Request> v;
-  for (size_t i = 0; i < seqs.size() && i < most; ++i) v.push_back(Describe(m.decoder(), *seqs[i]));
+  for (size_t i = 0; i < seqs.size() && i < most; ++i) {
+    const Seq& s = *seqs[i];
+    schedule::Request& r = v.emplace_back();
+    r.phase = s.finished ? Phase::kFinished : s.phase;
+    r.tokens = static_cast<int64_t>(s.tokens.size());
+    r.cached = s.cache.length();
+    r.positions = s.finished ? 0 : s.positions;
+    r.max_positions = s.max_positions;
+    r.long_rope = s.long_rope;
+    r.wants_long_rope = m.decoder().rotary().UseLong(r.tokens);
+    r.may_start = !s.req.prompt_share || s.req.share_leader || s.req.prompt_share->published || s.preemptions > 0;
+    r.admission = s.admission;
+    r.draft = static_cast<int64_t>(s.answer->draft().size());
+  }
   return v;
 }
 schedule::Limits Limits(const Model& m, const EngineOptions& o, const State& st) {
