@@ -305,32 +305,30 @@ void OnRows(State& st, Seq& s, float* logits, int64_t rows, int64_t vocab) {
     InsertPrefix(st, s, s.cache.length());  // the prompt, for the other choices
     PublishPrompt(s);
   }
-  const auto on_step = [&](const Sequence::Step& step) {
-    if (step.token >= 0 && !s.has_first_token) {
+  const auto emit = [&](const Sequence::Step& step) {
+    if (!s.has_first_token) {
       s.has_first_token = true;
       s.first_token = Clock::now();
       s.result.time_to_first_token = Seconds(s.submitted, s.first_token);
     }
-    if (!step.error.ok())
-      Complete(st, s, FinishReason::kCancelled, step.error);
-    else if (step.stream && s.req.on_event && !s.req.on_event(StreamEvent{step.text, step.token, step.logprobs}))
-      Complete(st, s, FinishReason::kCancelled);
-    else if (step.finish)
-      Complete(st, s, *step.finish);
-    return !s.finished;
+    return !step.stream || !s.req.on_event || s.req.on_event(StreamEvent{step.text, step.token, step.logprobs});
   };
   const Sequence::Taken t =
-      s.answer->Take(std::span(logits, static_cast<size_t>(rows * vocab)), &s.tokens, on_step, s.req.on_logits);
-  if (!s.finished) s.cache.Truncate(static_cast<int64_t>(s.tokens.size()) - 1);
-  if (t.drafted == 0) return;
-  std::lock_guard<std::mutex> l(st.mu);
-  ++st.counters.drafts;
-  st.counters.draft_tokens += t.drafted;
-  st.counters.accepted_draft_tokens += t.taken;
-  if (t.from_pool) {
-    st.counters.pool_draft_tokens += t.drafted;
-    st.counters.pool_accepted_tokens += t.taken;
+      s.answer->Take(std::span(logits, static_cast<size_t>(rows * vocab)), &s.tokens, emit, s.req.on_logits);
+  if (t.drafted > 0) {
+    std::lock_guard<std::mutex> l(st.mu);
+    ++st.counters.drafts;
+    st.counters.draft_tokens += t.drafted;
+    st.counters.accepted_draft_tokens += t.taken;
+    if (t.from_pool) {
+      st.counters.pool_draft_tokens += t.drafted;
+      st.counters.pool_accepted_tokens += t.taken;
+    }
   }
+  if (t.finish)
+    Complete(st, s, *t.finish, t.error);
+  else
+    s.cache.Truncate(static_cast<int64_t>(s.tokens.size()) - 1);
 }
 
 // Drafts for the decoding requests (Sequence::Propose), each within the KV room it already holds

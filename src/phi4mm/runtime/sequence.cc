@@ -97,18 +97,24 @@ const std::vector<int32_t>& Sequence::Propose(std::span<const int32_t> tokens, i
 }
 
 Sequence::Taken Sequence::Take(std::span<float> rows, std::vector<int32_t>* tokens,
-                               const std::function<bool(Step&)>& on_step,
+                               const std::function<bool(const Step&)>& emit,
                                const std::function<void(std::span<const float>)>& observe) {
-  Taken t{static_cast<int>(draft_.size()), 0, pool_draft_};
-  // The counts go in before a step can end the answer (its driver then takes the result).
-  result_.draft_tokens += t.drafted;
+  Taken t;
+  t.drafted = static_cast<int>(draft_.size());
+  t.from_pool = pool_draft_;
   for (size_t i = 0; (i + 1) * vocab_ <= rows.size(); ++i) {
     Step st = Next(rows.subspan(i * vocab_, vocab_), tokens, observe);
-    const bool match = i < draft_.size() && st.token == draft_[i] && st.error.ok() && !st.finish;
-    if (match) ++t.taken, ++result_.accepted_draft_tokens;
-    if (!on_step(st) || !match) break;
+    if (st.error.ok() && st.token >= 0 && !emit(st)) st.finish = FinishReason::kCancelled;
+    t.finish = st.finish;
+    t.error = st.error;
+    if (st.finish || i >= draft_.size() || st.token != draft_[i]) break;
+    ++t.taken;
   }
-  if (t.drafted > 0) tuner_.RecordDraft(t.drafted, t.taken);
+  if (t.drafted > 0) {
+    tuner_.RecordDraft(t.drafted, t.taken);
+    result_.draft_tokens += t.drafted;
+    result_.accepted_draft_tokens += t.taken;
+  }
   draft_.clear();
   pool_draft_ = false;
   return t;

@@ -53,14 +53,16 @@ class Sequence {
                                       const StepCosts& costs, int64_t base_rows, const NgramPool* pool);
   const std::vector<int32_t>& draft() const { return draft_; }
   struct Taken {
-    int drafted = 0, taken = 0;
-    bool from_pool = false;
+    int drafted = 0, taken = 0;          // drafted ids verified, and those the answer took
+    bool from_pool = false;              // the draft came from the pool
+    std::optional<FinishReason> finish;  // the answer is over: the driver calls Finish
+    Status error;                        // the constraint refused a sampled id (a bug)
   };
   // Takes the logits rows [1 + draft().size(), vocab] of the step that ran the last id and the
-  // draft through Next in order, handing each step to `on_step` (which returns false once the
-  // answer has ended), while each sampled id equals the drafted one; every row's logits are those
-  // a one-row step gives, so the answer is the one without speculation. Uses up the draft.
-  Taken Take(std::span<float> rows, std::vector<int32_t>* tokens, const std::function<bool(Step&)>& on_step,
+  // draft through Next in order while each sampled id equals the drafted one, handing each step
+  // with a token to `emit` (false: the consumer cancels). Every row's logits are those a one-row
+  // step gives, so the answer is the one without speculation. Uses up the draft.
+  Taken Take(std::span<float> rows, std::vector<int32_t>* tokens, const std::function<bool(const Step&)>& emit,
              const std::function<void(std::span<const float>)>& observe = {});
 
   GenerateResult& result() { return result_; }

@@ -143,24 +143,19 @@ Result<GenerateResult> Session::Generate(std::span<const int32_t> prompt_ids, Lo
   res.prefill_seconds = Seconds(t0, std::chrono::steady_clock::now());
   res.prompt_tokens = static_cast<int64_t>(tokens_.size()) - std::min<int64_t>(cached_before, tokens_.size());
   StepCosts costs;  // decoder steps by rows, for the draft tuner
-  Status error;
   for (int64_t step = 1;; ++step) {
-    bool ended = false;
-    seq.Take(logits_, &tokens_, [&](Sequence::Step& st) {
-      error = st.error;
-      if (!error.ok()) return false;
-      if (st.stream && !st.text.empty() && on_text && !on_text(st.text)) st.finish = FinishReason::kCancelled;
-      if (!st.finish) return true;
-      const std::string_view tail = seq.Finish(*st.finish);
-      if (!tail.empty() && on_text) on_text(tail);
-      ended = true;
-      return false;
+    const Sequence::Taken t = seq.Take(logits_, &tokens_, [&](const Sequence::Step& st) {
+      return !st.stream || st.text.empty() || !on_text || on_text(st.text);
     });
-    if (!error.ok()) return error;
+    if (!t.error.ok()) return t.error;
     // The cache holds the rows of a verified draft; keep those the answer took (the last id
     // sampled is not in it yet), also when the answer ends here (a next turn reuses the cache).
     cache_.Truncate(std::min(cache_.length(), static_cast<int64_t>(tokens_.size()) - 1));
-    if (ended) break;
+    if (t.finish) {
+      const std::string_view tail = seq.Finish(*t.finish);
+      if (!tail.empty() && on_text) on_text(tail);
+      break;
+    }
     // Feed the sampled id (and a draft after it: not with a tap, whose names are per position).
     const int64_t room = tap_ == nullptr ? model_->context_length() : 0;
     const std::vector<int32_t>& draft = seq.Propose(tokens_, room, cache_.long_rope(), costs, 1, nullptr);
