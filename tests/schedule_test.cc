@@ -134,20 +134,23 @@ TEST(Schedule, AStepTakesEveryDecodeRowThenPromptChunksWithinThePrefillBudget) {
   ASSERT_EQ(p.rows.size(), 2u);  // the budget ends inside the first prompt
   EXPECT_EQ(p.rows[0].index, 1u);
   EXPECT_EQ(p.rows[0].n, 1);
-  EXPECT_TRUE(p.rows[0].logits);
+  EXPECT_EQ(p.rows[0].logit_rows, 1);
   EXPECT_EQ(p.rows[1].index, 0u);
   EXPECT_EQ(p.rows[1].n, 64);
-  EXPECT_FALSE(p.rows[1].logits);
+  EXPECT_EQ(p.rows[1].logit_rows, 0);
   EXPECT_EQ(p.prefill_rows, 64);
+  EXPECT_EQ(p.total_rows, 65);
+  EXPECT_EQ(p.logit_rows, 1);
 
   p = PlanStep(running, Budget(1 << 20, 0, 8, 120));
   ASSERT_EQ(p.rows.size(), 3u);
   EXPECT_EQ(p.rows[1].n, 100);
-  EXPECT_TRUE(p.rows[1].logits);  // the prompt's end
+  EXPECT_EQ(p.rows[1].logit_rows, 1);  // the prompt's end
   EXPECT_EQ(p.rows[2].index, 3u);
   EXPECT_EQ(p.rows[2].n, 20);
-  EXPECT_TRUE(p.rows[2].logits);
+  EXPECT_EQ(p.rows[2].logit_rows, 1);
   EXPECT_EQ(p.prefill_rows, 120);
+  EXPECT_EQ(p.logit_rows, 3);
 }
 
 TEST(Schedule, ADraftRidesOnItsDecodeRowWithEveryRowsLogits) {
@@ -157,13 +160,14 @@ TEST(Schedule, ADraftRidesOnItsDecodeRowWithEveryRowsLogits) {
   const StepPlan p = PlanStep(running, Budget(1 << 20, 0, 8, 64));
   ASSERT_EQ(p.rows.size(), 3u);
   EXPECT_EQ(p.rows[0].n, 1);
-  EXPECT_FALSE(p.rows[0].every_row);
+  EXPECT_EQ(p.rows[0].logit_rows, 1);
   EXPECT_EQ(p.rows[1].index, 1u);
-  EXPECT_EQ(p.rows[1].n, 6);  // its last id and the draft
-  EXPECT_TRUE(p.rows[1].logits);
-  EXPECT_TRUE(p.rows[1].every_row);
-  EXPECT_FALSE(p.rows[2].every_row);
-  EXPECT_EQ(p.prefill_rows, 30);  // drafts are decode rows, outside the prefill budget
+  EXPECT_EQ(p.rows[1].n, 6);           // its last id and the draft
+  EXPECT_EQ(p.rows[1].logit_rows, 6);  // every row's
+  EXPECT_EQ(p.rows[2].logit_rows, 1);  // the prompt's end
+  EXPECT_EQ(p.prefill_rows, 30);       // drafts are decode rows, outside the prefill budget
+  EXPECT_EQ(p.total_rows, 37);
+  EXPECT_EQ(p.logit_rows, 8);
 }
 
 TEST(Schedule, ADecodingRequestPastTheLongRopeThresholdIsRecomputedNotStepped) {

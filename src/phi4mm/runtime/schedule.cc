@@ -65,7 +65,8 @@ StepPlan PlanStep(std::span<const Request> running, const Limits& l) {
     const Request& r = running[i];
     if (r.phase != Phase::kDecoding) continue;
     if (!r.long_rope && r.wants_long_rope) plan.long_rope_restart.push_back(i);
-    else plan.rows.push_back({i, 1 + r.draft, true, r.draft > 0});
+    else
+      plan.rows.push_back({i, 1 + r.draft, 1 + r.draft});
   }
   int64_t budget = l.prefill_chunk;
   for (size_t i = 0; i < running.size() && budget > 0; ++i) {
@@ -74,9 +75,13 @@ StepPlan PlanStep(std::span<const Request> running, const Limits& l) {
     const int64_t left = r.tokens - r.cached;
     const int64_t n = std::min(budget, left);
     if (n <= 0) continue;
-    plan.rows.push_back({i, n, n == left});
+    plan.rows.push_back({i, n, n == left ? 1 : 0});
     budget -= n;
     plan.prefill_rows += n;
+  }
+  for (const StepRows& r : plan.rows) {
+    plan.total_rows += r.n;
+    plan.logit_rows += r.logit_rows;
   }
   return plan;
 }

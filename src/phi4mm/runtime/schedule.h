@@ -63,15 +63,16 @@ std::vector<RoomAction> MakeRoom(std::span<const Request> running, const Limits&
 struct StepRows {
   size_t index = 0;
   int64_t n = 0;           // rows from the request's cache length on
-  bool logits = false;     // its last row's logits are wanted (a decode row, or a prompt's end)
-  bool every_row = false;  // the logits of all n rows (a decode row and its draft)
+  // Of them, the last rows whose logits are wanted: 1 for a decode row or a prompt's end, all n
+  // for a decode row and its draft, 0 for the inside of a prompt.
+  int64_t logit_rows = 0;
 };
 struct StepPlan {
   // Decoding requests that just passed the long table's threshold: their caches are dropped and
   // every row, media included, is recomputed with the long table (reference-deviations.md).
   std::vector<size_t> long_rope_restart;
   std::vector<StepRows> rows;
-  int64_t prefill_rows = 0;
+  int64_t total_rows = 0, prefill_rows = 0, logit_rows = 0;  // over `rows`
 };
 StepPlan PlanStep(std::span<const Request> running, const Limits& l);
 

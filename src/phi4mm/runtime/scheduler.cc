@@ -363,13 +363,7 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   if (plan.rows.empty()) return !plan.long_rope_restart.empty();
   const std::vector<schedule::StepRows>& rows = plan.rows;
   auto seq = [&](const schedule::StepRows& r) -> Seq& { return *st.running[r.index]; };
-  const int64_t prefill = plan.prefill_rows;
-
-  int64_t R = 0, with_logits = 0;
-  for (const schedule::StepRows& r : rows) {
-    R += r.n;
-    with_logits += r.every_row ? r.n : r.logits;
-  }
+  const int64_t prefill = plan.prefill_rows, R = plan.total_rows, with_logits = plan.logit_rows;
   st.embeds.resize(static_cast<size_t>(R * H));
   st.hidden.resize(static_cast<size_t>(with_logits * H));
   std::vector<SeqChunk> chunks;
@@ -381,21 +375,18 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
     const int64_t start = s.cache.length();
     s.media.Overrides(start, r.n, H, &overrides);
     float* e = st.embeds.data() + off * H;
-    std::span<const int32_t> ids = std::span(s.tokens).subspan(start);
-    if (r.every_row) {  // the last id and the draft after it
-      st.ids.assign(ids.begin(), ids.end());
-      st.ids.insert(st.ids.end(), s.answer->draft().begin(), s.answer->draft().end());
-      ids = st.ids;
-    }
-    if (Status es = m.embedding().EmbedRows(ids.subspan(0, r.n), overrides, e); !es.ok()) {
+    // The rows' ids: the request's next ones (a decoding request's last id and its draft after it).
+    st.ids.assign(s.tokens.begin() + start, s.tokens.begin() + std::min<int64_t>(start + r.n, s.tokens.size()));
+    st.ids.insert(st.ids.end(), s.answer->draft().begin(), s.answer->draft().end());
+    if (Status es = m.embedding().EmbedRows(std::span(st.ids).first(r.n), overrides, e); !es.ok()) {
       Complete(st, s, FinishReason::kCancelled, es);
       continue;
     }
-    SeqChunk ch{e, r.n, &s.cache, s.prompt.mode, s.long_rope, r.logits ? st.hidden.data() + li * H : nullptr};
-    if (r.every_row) std::swap(ch.last_hidden, ch.all_hidden);
+    SeqChunk ch{e, r.n, &s.cache, s.prompt.mode, s.long_rope, r.logit_rows ? st.hidden.data() + li * H : nullptr};
+    if (r.logit_rows > 1) std::swap(ch.last_hidden, ch.all_hidden);
     chunks.push_back(ch);
     mode_rows[static_cast<size_t>(s.prompt.mode)] += r.n;
-    li += r.every_row ? r.n : r.logits;
+    li += r.logit_rows;
     off += r.n;
   }
   // Profiling: decode-only steps, when the options ask for it.
@@ -422,10 +413,8 @@ bool RunStep(const Model& m, const EngineOptions& o, State& st) {
   li = 0;
   st.defer_done = true;  // answered after the counters below
   for (const schedule::StepRows& r : rows) {
-    if (!r.logits) continue;
-    const int64_t n = r.every_row ? r.n : 1;
-    if (!seq(r).finished) OnRows(st, seq(r), st.logits.data() + li * V, n, V);
-    li += n;
+    if (r.logit_rows > 0 && !seq(r).finished) OnRows(st, seq(r), st.logits.data() + li * V, r.logit_rows, V);
+    li += r.logit_rows;
   }
   {
     std::lock_guard<std::mutex> l(st.mu);
