@@ -10,6 +10,19 @@ namespace {
 const std::vector<int32_t>& StopIds(const Model& m, const GenerateOptions& o) {
   return o.stop_ids.empty() ? m.config().generation.eos_token_ids : o.stop_ids;
 }
+
+// Length of the longest suffix of `text` that is a proper prefix of some stop string: text that
+// must be held back because a stop string may be completing.
+size_t HeldBack(const std::string& text, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const std::string& s : stops)
+    for (size_t k = std::min(text.size(), s.size() - 1); k > hold; --k)
+      if (text.compare(text.size() - k, k, s, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+  return hold;
+}
 }  // namespace
 
 Sequence::Sequence(const Model& model, const GenerateOptions& opts, size_t prompt_length)
@@ -20,7 +33,8 @@ Sequence::Sequence(const Model& model, const GenerateOptions& opts, size_t promp
       answer_begin_(prompt_length),
       stop_ids_(StopIds(model, opts)),
       sampler_(opts.sampling, model.tokenizer().vocab_size()),
-      answer_(model.tokenizer(), opts.stop_strings),
+      decoder_(model.tokenizer(), /*skip_special=*/true),
+      stop_strings_(opts.stop_strings),
       constraint_(opts.constraint, stop_ids_),
       constrained_(opts.constraint.active()),
       speculative_(opts.speculative),
@@ -70,11 +84,20 @@ Sequence::Step Sequence::Next(std::span<float> logits, std::vector<int32_t>* tok
     step.finish = FinishReason::kEos;
     return step;
   }
-  if (answer_.Push(id)) {
-    step.finish = FinishReason::kStopString;
-    return step;
+  text_ += decoder_.Push(id);
+  for (const std::string& s : stop_strings_) {
+    const size_t pos = text_.find(s, taken_ > s.size() ? taken_ - s.size() : 0);
+    if (pos != std::string::npos) {
+      text_.resize(pos);
+      step.finish = FinishReason::kStopString;
+    }
   }
-  step.text = answer_.TakeReady();
+  if (step.finish) return step;
+  const size_t ready = text_.size() - HeldBack(text_, stop_strings_);
+  if (ready > taken_) {
+    step.text = std::string_view(text_).substr(taken_, ready - taken_);
+    taken_ = ready;
+  }
   step.stream = true;
   if (made + 1 >= max_new_tokens_) step.finish = FinishReason::kMaxTokens;
   return step;
@@ -123,11 +146,13 @@ Sequence::Taken Sequence::Take(std::span<float> rows, std::vector<int32_t>* toke
 std::string_view Sequence::Finish(FinishReason reason) {
   result_.finish = reason;
   if (reason == FinishReason::kCancelled || reason == FinishReason::kDeadline) {
-    result_.text = answer_.text().substr(0, answer_.taken());
+    result_.text = text_.substr(0, taken_);
     return {};
   }
-  const std::string_view tail = answer_.Finish(reason == FinishReason::kStopString);
-  result_.text = answer_.text();
+  if (reason != FinishReason::kStopString) text_ += decoder_.Flush();
+  result_.text = text_;
+  const std::string_view tail = std::string_view(text_).substr(std::min(taken_, text_.size()));
+  taken_ = text_.size();
   return tail;
 }
 

@@ -1,7 +1,8 @@
 // One answer being generated, the single place the token loop lives: given the logits of the
 // next position, it masks them with the answer's output constraint, samples (Sampler), records the
-// log-probabilities, runs the stop ids, the stop strings and the hold-back of text that may still
-// become one (AnswerStream), and counts against max_new_tokens and the context. Session::Generate
+// log-probabilities, runs the stop ids, decodes the answer's text as it streams, cuts it at a stop
+// string and holds back the text that may still become one (only final text is handed out), and
+// counts against max_new_tokens and the context. Session::Generate
 // drives one Sequence synchronously (a batch of one); the batched engine drives one per request
 // from its decoder steps. Drivers own the token vector and the KV cache; a Sequence owns what
 // decides the next token and the answer's text, and with speculative decoding the draft a step
@@ -11,10 +12,10 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
-#include "phi4mm/runtime/answer_stream.h"
 #include "phi4mm/runtime/output_constraint.h"
 #include "phi4mm/runtime/sampler.h"
 #include "phi4mm/runtime/session.h"
@@ -76,7 +77,10 @@ class Sequence {
   size_t answer_begin_;
   std::vector<int32_t> stop_ids_;
   Sampler sampler_;
-  AnswerStream answer_;
+  TokenStreamDecoder decoder_;
+  std::vector<std::string> stop_strings_;
+  std::string text_;  // the answer's text so far (cut at a stop string)
+  size_t taken_ = 0;  // of it, what was handed out
   ConstraintState constraint_;
   bool constrained_;
   GenerateResult result_;
