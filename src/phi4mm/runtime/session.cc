@@ -100,11 +100,8 @@ Status Session::Append(std::span<const int32_t> ids, LoraMode mode, const MediaF
       return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                              std::to_string(vocab) + ")");
   const int64_t H = model_->config().text.hidden_size;
-  size_t n_img = 0, n_aud = 0;
-  for (int32_t id : ids) {
-    n_img += id == kImageTokenId;
-    n_aud += id == kAudioTokenId;
-  }
+  const auto n_img = static_cast<size_t>(std::count(ids.begin(), ids.end(), kImageTokenId));
+  const auto n_aud = static_cast<size_t>(std::count(ids.begin(), ids.end(), kAudioTokenId));
   const size_t have_img = media ? media->image.size() / H : 0, have_aud = media ? media->audio.size() / H : 0;
   if (media && (media->image.size() % H != 0 || media->audio.size() % H != 0))
     return InvalidArgument("media features must have " + std::to_string(H) + " values per row");

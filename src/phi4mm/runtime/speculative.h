@@ -1,9 +1,10 @@
 // Draft-free speculative decoding's parts that need no model: the prompt-lookup proposer (the
 // tokens that followed the latest earlier occurrence of the sequence's last n tokens, as
 // llama.cpp's lookup decoding and vLLM's `ngram` do) and the tuner that picks each step's draft
-// length from the measured cost of a verify step and the running acceptance rate. A driver
-// (Session::Generate) verifies a draft as one multi-row decoder step and takes its rows' logits in
-// order through Sequence::Next while each sampled id equals the drafted one; since every row's
+// length from the measured cost of a verify step and the running acceptance rate. An answer's
+// Sequence proposes the draft (Sequence::Propose), its driver (Session::Generate or the engine)
+// verifies it as one multi-row decoder step, and Sequence::Take takes the rows' logits in order
+// while each sampled id equals the drafted one; since every row's
 // logits are those a one-row step would give, bit for bit (tests/batch_invariance_test.cc), and
 // each token is sampled exactly as without a draft (the same sampler, the same random stream), the
 // answer is the answer without speculation, greedy or seeded.
