@@ -378,8 +378,4 @@ void Decoder::LogitsRows(const float* hidden, int64_t n, float* logits, ThreadPo
   lm_head().MatMul(hidden, n, logits, pool);
 }
 
-void Decoder::Logits(const float* hidden, float* logits, ThreadPool* pool) const {
-  lm_head().MatMul(hidden, 1, logits, pool);
-}
-
 }  // namespace phi4mm

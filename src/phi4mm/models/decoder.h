@@ -167,8 +167,6 @@ class Decoder {
               TensorTap* tap = nullptr, const std::string& tap_prefix = "") const;
   // logits[n, vocab] = lm_head · hidden[n, hidden] (one pass over the head for all rows).
   void LogitsRows(const float* hidden, int64_t n, float* logits, ThreadPool* pool) const;
-  // logits[vocab] = lm_head · hidden.
-  void Logits(const float* hidden, float* logits, ThreadPool* pool) const;
 
  private:
   class StepClock;
