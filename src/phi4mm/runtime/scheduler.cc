@@ -135,10 +135,10 @@ void PlanEncoding(State& st, Seq& s, int64_t from) {
 
 // What the policy (schedule.h) sees of a request, and of the engine.
 template <class Seqs>
-std::vector<schedule::Request> Describe(const Model& m, const Seqs& seqs, size_t most = SIZE_MAX) {
+std::vector<schedule::Request> Describe(const Model& m, const Seqs& seqs) {
   std::vector<schedule::Request> v;
-  for (size_t i = 0; i < seqs.size() && i < most; ++i) {
-    const Seq& s = *seqs[i];
+  for (const auto& sp : seqs) {
+    const Seq& s = *sp;
     schedule::Request& r = v.emplace_back();
     r.phase = s.finished ? Phase::kFinished : s.phase;
     r.tokens = static_cast<int64_t>(s.tokens.size());
@@ -467,8 +467,7 @@ void Loop(const Model& m, const EngineOptions& o, State& st) {
     Reap(st);
     // Admission (schedule::Admit): a preempted request waits at the head, a choice that shares a
     // prompt waits for its leader to publish it.
-    const auto room = static_cast<size_t>(std::max<int64_t>(0, o.max_running - static_cast<int64_t>(st.running.size())));
-    for (int64_t positions : schedule::Admit(Describe(m, st.waiting, room), st.running.size(), Limits(m, o, st))) {
+    for (int64_t positions : schedule::Admit(Describe(m, st.waiting), st.running.size(), Limits(m, o, st))) {
       if (!Admit(m, st, *st.waiting.front(), positions)) break;
       st.running.push_back(std::move(st.waiting.front()));
       st.waiting.pop_front();
