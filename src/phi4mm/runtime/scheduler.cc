@@ -226,6 +226,18 @@ void MakeRoomToDecode(const Model& m, const EngineOptions& o, State& st) {
   std::erase(st.running, nullptr);
 }
 
+// A vision or speech job's features once it is done (one more encoder run, counted for the request
+// and for the engine), else null.
+template <class Job>
+Result<MediaCache::Features> Encoded(const Model& m, State& st, Job& job, int64_t& request_runs,
+                                     int64_t EngineStats::*engine_runs) {
+  if (!job.encoded()) return MediaCache::Features();
+  PHI4MM_ASSIGN_OR_RETURN(std::vector<float> f, job.Finish(m.pool()));
+  ++request_runs;
+  Count(st, engine_runs);
+  return std::make_shared<const std::vector<float>>(std::move(f));
+}
+
 // One slice of the request's vision job for image `idx` (started by the first): the features once
 // the job is done, else null.
 Result<MediaCache::Features> VisionSlice(const Model& m, const EngineOptions& o, State& st, Seq& s, int32_t idx) {
@@ -237,11 +249,7 @@ Result<MediaCache::Features> VisionSlice(const Model& m, const EngineOptions& o,
   const int64_t before = job.crops_done();
   PHI4MM_RETURN_IF_ERROR(job.StepLayers(o.vision_layers_per_slice, m.pool()));
   Count(st, &EngineStats::vision_crops, job.crops_done() - before);
-  if (!job.encoded()) return MediaCache::Features();
-  PHI4MM_ASSIGN_OR_RETURN(std::vector<float> f, job.Finish(m.pool()));
-  ++s.result.images_encoded;
-  Count(st, &EngineStats::images_encoded);
-  return std::make_shared<const std::vector<float>>(std::move(f));
+  return Encoded(m, st, job, s.result.images_encoded, &EngineStats::images_encoded);
 }
 
 // The same for the speech job of clip `idx`, whose first slice is the encoder's front (subsampling).
@@ -255,11 +263,7 @@ Result<MediaCache::Features> SpeechSlice(const Model& m, const EngineOptions& o,
   const int64_t before = job.blocks_done();
   PHI4MM_RETURN_IF_ERROR(job.Step(o.speech_blocks_per_slice, m.pool()));
   Count(st, &EngineStats::speech_blocks, job.blocks_done() - before);
-  if (!job.encoded()) return MediaCache::Features();
-  PHI4MM_ASSIGN_OR_RETURN(std::vector<float> f, job.Finish(m.pool()));
-  ++s.result.audios_encoded;
-  Count(st, &EngineStats::audios_encoded);
-  return std::make_shared<const std::vector<float>>(std::move(f));
+  return Encoded(m, st, job, s.result.audios_encoded, &EngineStats::audios_encoded);
 }
 
 // One slice of encoder work for the first request that needs it; false when none does. An item's
