@@ -36,10 +36,6 @@ class Sequence {
     std::optional<FinishReason> finish;       // the answer is over (after streaming this step)
     Status error;                             // the constraint refused the sampled id (a bug)
   };
-  // Chooses the next id from `logits` [vocab] (modified in place) and appends it to `tokens`.
-  // `observe`, when set, sees the logits as the model gave them, just before a sampling.
-  Step Next(std::span<float> logits, std::vector<int32_t>* tokens,
-            const std::function<void(std::span<const float>)>& observe = {});
   // Ends the answer with `reason`: the result's text (cut at what was taken when cancelled or past
   // its deadline) and the closing text not yet handed out ("" when cut short).
   std::string_view Finish(FinishReason reason);
@@ -70,6 +66,11 @@ class Sequence {
   const GenerateResult& result() const { return result_; }
 
  private:
+  // One row of Take: chooses the next id from `logits` [vocab] (modified in place) and appends it
+  // to `tokens`. `observe`, when set, sees the logits as the model gave them, just before sampling.
+  Step Next(std::span<float> logits, std::vector<int32_t>* tokens,
+            const std::function<void(std::span<const float>)>& observe);
+
   const RotaryTables& rotary_;
   int64_t max_new_tokens_;
   int64_t context_;
