@@ -94,6 +94,45 @@ TEST(SpeculativeTuner, DraftsWhenItPaysAndProbesWhenItDoesNot) {
   EXPECT_EQ(cheap.DraftLength(0, cheap_steps), 0);
 }
 
+TEST(SpeculativeTuner, AFreshTunerDraftsUntilItsFirstDraftIsVerified) {
+  // Steps whose rows cost 25 % each: at the prior acceptance (one in three) no draft pays, but
+  // nothing is known about this answer's drafts yet, so each step drafts 2 until one is verified.
+  StepCosts steps;
+  for (int n = 1; n <= 9; ++n) steps.Record(n, 1.0 + 0.25 * (n - 1));
+  DraftTuner fresh(8);
+  EXPECT_EQ(fresh.DraftLength(8, steps), 2);
+  EXPECT_EQ(fresh.DraftLength(8, steps), 2);  // the source had nothing to draft: still unmeasured
+  fresh.RecordDraft(2, 2);                    // taken: the rate rises and drafts pay
+  EXPECT_GE(fresh.DraftLength(8, steps), 2);
+  DraftTuner refused(8);
+  EXPECT_EQ(refused.DraftLength(8, steps), 2);
+  refused.RecordDraft(2, 0);  // refused: off until the next probe
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(refused.DraftLength(8, steps), 0) << i;
+  EXPECT_EQ(refused.DraftLength(8, steps), 2);
+}
+
+TEST(SpeculativeTuner, OneSlowStepDoesNotMakeARowCountLookDear) {
+  StepCosts c;
+  EXPECT_EQ(c.Seconds(3), 0);  // not measured
+  c.Record(3, 0.010);          // a first step that grew its buffers, or was preempted
+  EXPECT_DOUBLE_EQ(c.Seconds(3), 0.010);
+  c.Record(3, 0.002);
+  c.Record(3, 0.0021);
+  EXPECT_DOUBLE_EQ(c.Seconds(3), 0.002);
+  // A step of more rows bounds it: 2 rows measured slow once, 3 rows fast.
+  c.Record(2, 0.009);
+  EXPECT_DOUBLE_EQ(c.Seconds(2), 0.002);
+  EXPECT_EQ(c.Seconds(4), 0);  // a larger count is not bounded by smaller ones: still unmeasured
+  // The window forgets: after kWindow slower steps (a longer context), the old fast one is gone.
+  for (int i = 0; i < StepCosts::kWindow; ++i) c.Record(3, 0.003);
+  EXPECT_DOUBLE_EQ(c.Seconds(3), 0.003);
+  c.Record(0, 1.0);
+  c.Record(StepCosts::kMaxRows + 1, 1.0);
+  c.Record(5, -1.0);
+  EXPECT_EQ(c.Seconds(0), 0);
+  EXPECT_EQ(c.Seconds(5), 0);
+}
+
 struct Case {
   std::string name, prompt;
   MediaInputs media;

@@ -104,14 +104,26 @@ std::vector<int32_t> NgramPool::Lookup(std::span<const int32_t> tokens, int max_
 
 void StepCosts::Record(int64_t rows, double seconds) {
   if (rows < 1 || rows > kMaxRows || !(seconds > 0)) return;
-  double& mean = mean_[static_cast<size_t>(rows)];
-  mean = mean == 0 ? seconds : 0.8 * mean + 0.2 * seconds;
+  Recent& r = recent_[static_cast<size_t>(rows)];
+  r.seconds[static_cast<size_t>(r.next)] = seconds;
+  r.next = (r.next + 1) % kWindow;
+  r.count = std::min(r.count + 1, kWindow);
+  // Each measured count's least time over its window and those of the larger counts.
+  double least = 0;
+  for (size_t n = kMaxRows; n >= 1; --n) {
+    for (int i = 0; i < recent_[n].count; ++i) {
+      const double t = recent_[n].seconds[static_cast<size_t>(i)];
+      least = least == 0 ? t : std::min(least, t);
+    }
+    least_[n] = recent_[n].count > 0 ? least : 0;
+  }
 }
 
 DraftTuner::DraftTuner(int max_draft) : max_draft_(std::clamp(max_draft, 0, kMaxDraft)) {}
 
 void DraftTuner::RecordDraft(int drafted, int accepted) {
   if (drafted <= 0) return;
+  measured_ = true;
   // `accepted` successes, then one failure unless the whole draft was taken.
   const double trials = accepted + (accepted < drafted ? 1 : 0);
   const double keep = std::pow(0.5, trials / 32.0);
@@ -143,7 +155,7 @@ int DraftTuner::DraftLength(int cap, const StepCosts& costs, int64_t base) {
     plain_since_probe_ = 0;
     return best_k;
   }
-  if (++plain_since_probe_ >= 16) {
+  if (!measured_ || ++plain_since_probe_ >= 16) {
     plain_since_probe_ = 0;
     return std::min(cap, 2);
   }

@@ -78,15 +78,24 @@ class NgramPool {
   std::vector<Slot> slots_;
 };
 
-// Running mean time of a decoder step by its row count, for steps of up to kMaxRows rows.
+// The time of a decoder step by its row count, for steps of up to kMaxRows rows: the least of the
+// last kWindow steps of that many rows or of more (a step of more rows does at least the same
+// work), so that one slow step (a preempted thread, a first step that grows its buffers) does not
+// make a row count look dear until it is measured again. 0 for a row count not yet measured.
 class StepCosts {
  public:
   static constexpr int kMaxRows = 64;
+  static constexpr int kWindow = 8;
   void Record(int64_t rows, double seconds);
-  double Seconds(int64_t rows) const { return rows >= 1 && rows <= kMaxRows ? mean_[static_cast<size_t>(rows)] : 0; }
+  double Seconds(int64_t rows) const { return rows >= 1 && rows <= kMaxRows ? least_[static_cast<size_t>(rows)] : 0; }
 
  private:
-  std::array<double, kMaxRows + 1> mean_{};  // 0: not measured
+  struct Recent {
+    std::array<double, kWindow> seconds{};
+    int count = 0, next = 0;
+  };
+  std::array<Recent, kMaxRows + 1> recent_{};
+  std::array<double, kMaxRows + 1> least_{};  // Seconds(rows), kept by Record
 };
 
 // Chooses how many drafted ids a step verifies. Each drafted id is taken as accepted with the
@@ -98,7 +107,8 @@ class StepCosts {
 // count not yet measured is assumed to cost 1 + 0.1 per added row (so it gets tried, and measured,
 // when drafts are accepted at all); steps past StepCosts::kMaxRows rows (already full of rows) get
 // no drafts; while speculation does not pay, every 16th step still drafts (cap 2) to follow the
-// acceptance rate.
+// acceptance rate, and so does every step until a first draft has been verified (a prediction
+// that is the answer is then taken from the start, not from the first probe on).
 class DraftTuner {
  public:
   explicit DraftTuner(int max_draft);
@@ -111,6 +121,7 @@ class DraftTuner {
   int max_draft_;
   double successes_ = 1.0, trials_ = 3.0;  // a prior of one in three
   int plain_since_probe_ = 0;
+  bool measured_ = false;  // a draft has been verified
 };
 
 }  // namespace phi4mm
