@@ -147,6 +147,15 @@ class Replica:
         return f"http://127.0.0.1:{self.port}"
 
 
+# A request sent to a replica that has just died fails to connect; the router retries it, choosing
+# a worker again each time, but only the health check (every second) takes the dead one out of its
+# policy. vllm-router's default retries (5 attempts, 50 ms backoff growing 1.5x) give up after about
+# 0.4 s, so a request sent in the rest of that second failed. These span 4.5 s (8 attempts; 100,
+# 200, 400, 800 ms, then 1 s apart): longer than a health interval. A live worker answers the first.
+RETRIES = ["--retry-max-retries", "8", "--retry-initial-backoff-ms", "100", "--retry-backoff-multiplier", "2",
+           "--retry-max-backoff-ms", "1000"]
+
+
 class Router:
     def __init__(self, binary, policy, workers, logdir, extra=()):
         self.port, self.metrics_port = free_port(), free_port()
@@ -154,17 +163,17 @@ class Router:
         cmd = [binary, "--host", "127.0.0.1", "--port", str(self.port), "--worker-urls", *workers,
                "--policy", policy, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port),
                "--health-check-interval-secs", "1", "--health-failure-threshold", "1",
-               "--health-check-timeout-secs", "2", "--log-level", "warning", *extra]
+               "--health-check-timeout-secs", "2", *RETRIES, "--log-level", "warning", *extra]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def wait_ready(self, deadline):
         wait_until_ready(self.proc, lambda: answers(f"http://127.0.0.1:{self.port}/v1/models"), "vllm-router",
                          self.log.name, deadline)
 
-    def routing_inputs(self):
+    def counters(self):
         """From the router's own metrics: how it got token ids for its policy (result="render": from
-        the workers' render endpoint; "multimodal_input": it did not ask, the request has media) and
-        its prefix-routing outcomes."""
+        the workers' render endpoint; "multimodal_input": it did not ask, the request has media), its
+        prefix-routing outcomes, and its retries (a failed attempt sent again; exhausted: given up)."""
         try:
             _, raw = http("GET", f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5)
         except OSError:
@@ -176,6 +185,9 @@ class Router:
             if m:
                 key = f"{m.group(1)}:{m.group(2)}"
                 out[key] = out.get(key, 0) + float(m.group(3))
+            m = re.match(r'^vllm_router_(retries_total|retries_exhausted_total)(?:\{.*\})?\s+(\S+)$', line)
+            if m:
+                out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
         return out
 
 
@@ -283,7 +295,7 @@ def run_policy(args, policy, images, kill, logdir):
             t.join()
         wall = time.monotonic() - started
         after = [None if r.killed else metrics(r.port) for r in replicas]
-        return summarize(args, policy, results, before, after, replicas, kill_info, router.routing_inputs(), wall)
+        return summarize(args, policy, results, before, after, replicas, kill_info, router.counters(), wall)
     finally:
         if router is not None:
             stop(router.proc)
@@ -295,7 +307,7 @@ def summarize(args, policy, results, before, after, replicas, kill_info, routing
     ok = [r for r in results if r["ok"]]
     errors = [r for r in results if not r["ok"]]
     out = {"policy": policy, "requests": len(results), "errors": len(errors), "wall_seconds": round(wall, 1),
-           "router_routing_inputs": routing}
+           "router_counters": routing}
     per_replica = []
     encoded = 0
     for i, (b, a) in enumerate(zip(before, after)):
@@ -405,8 +417,8 @@ def check(reports):
             problems.append(f"{r['policy']}: {r['errors']} errors: {r.get('error_samples')}")
         if r["policy"] == "consistent_hash" and "kill" not in r and r.get("image_reuse_rate_turns_2_plus") != 1.0:
             problems.append(f"consistent_hash re-encoded images: {r.get('follow_up_reencodes')}")
-        if r["policy"] == "cache_aware" and not r["router_routing_inputs"].get("kv_routing_inputs:render"):
-            problems.append(f"cache_aware never used the render endpoint: {r['router_routing_inputs']}")
+        if r["policy"] == "cache_aware" and not r["router_counters"].get("kv_routing_inputs:render"):
+            problems.append(f"cache_aware never used the render endpoint: {r['router_counters']}")
     return problems
 
 
